@@ -1,0 +1,44 @@
+# batchproof — set-up and the main jobs. Every target creates the environment if it is missing.
+#   make verify   set up, then `harness verify` on the built-in implementation (impl/)
+#   make test     set up, then `pytest -n auto`
+#   make zoo      set up, then the bug zoo's kill matrix (`harness mutate --zoo`)
+#   make bench    set up, then `harness bench`
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.batchproof-installed
+
+.PHONY: setup verify test zoo bench lint mutmut clean
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: on these machines it is a small CPU wheel from local disk; letting the
+# project's plain `torch` requirement resolve on its own would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+verify: setup
+	$(BIN)/harness verify
+
+test: setup
+	$(BIN)/python -m pytest -n auto
+
+zoo: setup
+	$(BIN)/harness mutate --zoo
+
+bench: setup
+	$(BIN)/harness bench
+
+lint: setup
+	$(BIN)/ruff check harness reference impl tests benchmarks
+
+mutmut: setup
+	$(BIN)/harness mutate --mutmut
+
+clean:
+	rm -rf $(VENV) .hypothesis .pytest_cache mutants

@@ -1,0 +1,6 @@
+"""batchproof's harness: registry, strategies, comparators, checks, CLI, bug zoo, adapters."""
+
+import logging
+
+# tensordict calls torch.fx.is_fx_tracing(), which logs a one-time deprecation warning
+logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)

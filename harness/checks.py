@@ -1,0 +1,216 @@
+"""The generic checks, instantiated from a registry record (see `harness.registry`).
+
+Every runner — the pytest suite, `harness verify`, `harness mutate --zoo`, `harness check` — calls
+`run_check(info, check_name, candidate)`, which builds a Hypothesis test for that check on the fly
+and runs it under the active profile. Pinned historical cases are attached as `@example`s.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import hypothesis
+import torch
+from hypothesis import example, given, target
+from hypothesis.control import currently_in_test_context
+from tensordict import TensorDictBase
+
+from harness.compare import Mismatch, assert_identical
+from harness.registry import BadCase, Candidate, Case, OpInfo
+
+
+@dataclass
+class CheckStats:
+    """What one check did: how many examples it ran (pins included)."""
+
+    examples: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def run_check(
+    info: OpInfo,
+    check: str,
+    candidate: Candidate | None = None,
+    *,
+    settings: hypothesis.settings | None = None,
+    device: str = "cpu",
+    stats: CheckStats | None = None,
+) -> CheckStats:
+    """Run one named check of `info` against `candidate` (default: the record's `impl/` function).
+
+    Raises the check's failure (an `AssertionError` subclass, or the exception that escaped the
+    candidate) after Hypothesis has shrunk it; the shrunk case and the reproduction blob are in the
+    exception's `__notes__`.
+    """
+    stats = stats if stats is not None else CheckStats()
+    call = candidate if candidate is not None else _late_bound_impl(info)
+    if check == "equivalence":
+        body = lambda case: check_equivalence(info, case, call, device)
+        _run_given(info, check, body, info.valid, _valid_pins(info), settings, stats)
+    elif check == "errors":
+        if info.invalid is None:
+            raise ValueError(f"{info.name} declares no invalid inputs")
+        body = lambda bad: check_error_parity(info, bad, call, device)
+        _run_given(info, check, body, info.invalid, _bad_pins(info), settings, stats)
+    elif check.startswith("property:"):
+        prop = _property(info, check.removeprefix("property:"))
+        body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, call, device)), call)
+        _run_given(info, check, body, info.valid, _valid_pins(info), settings, stats)
+    elif check.startswith("pin:"):
+        check_pin(info, check.removeprefix("pin:"), call, device)
+        stats.examples += 1
+    else:
+        raise ValueError(f"unknown check {check!r} for {info.name}; known: {info.check_names()}")
+    return stats
+
+
+def _late_bound_impl(info: OpInfo) -> Candidate:
+    """Look the impl function up at call time, so a patched module (bug zoo) is honoured."""
+    return lambda *args, **kwargs: info.impl(*args, **kwargs)
+
+
+def _run_given(info, check, body, strategy, pins, settings, stats) -> None:
+    def test(case):
+        stats.examples += 1
+        body(case)
+
+    test.__name__ = f"{info.op}__{info.function}__{check.replace(':', '__')}"
+    test.__qualname__ = test.__name__
+    # distinct Hypothesis database keys per record and check
+    test._hypothesis_internal_add_digest = test.__name__.encode()
+    wrapped = given(case=strategy)(test)
+    for pin in pins:
+        wrapped = example(case=pin)(wrapped)
+    if settings is not None:
+        wrapped = settings(wrapped)
+    wrapped()
+
+
+def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: str = "cpu") -> None:
+    """reference(case) == candidate(form(case)) for every input form; inputs left untouched."""
+    expected = case.call(info.reference)
+    for form_name, form in info.forms.items():
+        formed = form(case)
+        before = _snapshot(formed)
+        actual = _call_on(info, formed, candidate, device)
+        info.compare(
+            expected,
+            actual,
+            allow_device=device != "cpu",
+            picture=info.picture,
+            describe_row=_row_describer(info, case),
+            reproduce=f"{info.name}(*case) with input form {form_name!r}",
+        )
+        try:
+            assert_identical(before, (formed.args, dict(formed.kwargs)))
+        except Mismatch as err:
+            raise Mismatch(f"the {form_name!r} input was mutated by the call:\n{err}") from None
+    if info.targets is not None and currently_in_test_context():
+        for label, value in info.targets(case).items():
+            target(float(value), label=label)
+
+
+def check_error_parity(
+    info: OpInfo, bad: BadCase, candidate: Candidate, device: str = "cpu"
+) -> None:
+    """Both implementations raise `bad.raises`, and the same exception type."""
+    ref_exc = _raised(bad.case, info.reference)
+    if ref_exc is None or not isinstance(ref_exc, bad.raises):
+        raise AssertionError(
+            f"registry error: the reference raised {ref_exc!r}, not {bad.raises.__name__}, "
+            f"for {bad!r}"
+        )
+    case = info.to_device(bad.case, device) if device != "cpu" and info.to_device else bad.case
+    cand_exc = _raised(case, candidate)
+    if cand_exc is None:
+        raise Mismatch(
+            f"{info.name}: the candidate accepted bad input ({bad.why}); the reference raised "
+            f"{type(ref_exc).__name__}: {ref_exc}"
+        )
+    if type(cand_exc) is not type(ref_exc):
+        raise Mismatch(
+            f"{info.name}: exception types differ on bad input ({bad.why}): reference raised "
+            f"{type(ref_exc).__name__}: {ref_exc}; candidate raised "
+            f"{type(cand_exc).__name__}: {cand_exc}"
+        ) from cand_exc
+
+
+def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu") -> None:
+    """The pinned case: error parity, or equivalence + every property + its literal expectation."""
+    pin = next((p for p in info.pins if p.name == name), None)
+    if pin is None:
+        raise ValueError(f"{info.name} has no pin {name!r}")
+    if isinstance(pin.case, BadCase):
+        check_error_parity(info, pin.case, candidate, device)
+        return
+    try:
+        check_equivalence(info, pin.case, candidate, device)
+        output = _on_cpu(_call_on(info, pin.case, candidate, device))
+        for prop in info.properties:
+            prop.verify(pin.case, output, candidate)
+        if pin.expect is not None:
+            pin.expect(pin.case, output)
+    except AssertionError as err:
+        raise Mismatch(f"pin {name!r} failed ({pin.why}):\n{err}") from None
+
+
+def _call_on(info: OpInfo, case: Case, candidate: Candidate, device: str) -> Any:
+    if device != "cpu":
+        if info.to_device is None:
+            raise ValueError(f"{info.name} does not declare device support")
+        case = info.to_device(case, device)
+    return case.call(candidate)
+
+
+def _raised(case: Case, fn: Callable[..., Any]) -> BaseException | None:
+    try:
+        case.call(fn)
+    except Exception as exc:  # noqa: BLE001 - the exception is the result
+        return exc
+    return None
+
+
+def _property(info: OpInfo, name: str):
+    for prop in info.properties:
+        if prop.name == name:
+            return prop
+    raise ValueError(f"{info.name} has no property {name!r}")
+
+
+def _valid_pins(info: OpInfo) -> list[Case]:
+    return [p.case for p in info.pins if isinstance(p.case, Case)]
+
+
+def _bad_pins(info: OpInfo) -> list[BadCase]:
+    return [p.case for p in info.pins if isinstance(p.case, BadCase)]
+
+
+def _row_describer(info: OpInfo, case: Case):
+    if info.describe_row is None:
+        return None
+    return lambda row: info.describe_row(case, row)
+
+
+def _snapshot(case: Case) -> Any:
+    return (_clone(case.args), _clone(dict(case.kwargs)))
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, (torch.Tensor, TensorDictBase)):
+        return value.clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
+def _on_cpu(value: Any) -> Any:
+    if isinstance(value, (torch.Tensor, TensorDictBase)):
+        return value.cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value

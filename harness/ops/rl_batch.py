@@ -1,0 +1,475 @@
+"""Registry records for `rl_batch`: `build_rl_batch` and `response_values` (spec: rl_batch.md)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from hypothesis import strategies as st
+
+from harness import strategies as hs
+from harness.compare import assert_identical
+from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
+
+# --------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def rl_batch_cases(draw, *, layouts=("left", "two_segment")) -> Case:
+    """A valid `build_rl_batch` call: structure (lengths) first, then tokens and per-token values."""
+    pairs = draw(hs.length_pairs())
+    p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
+    prompts = draw(hs.token_rows(p_lens))
+    responses = draw(hs.token_rows(r_lens))
+    kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49]))}
+    layout = draw(st.sampled_from(layouts))
+    if layout != "left" or draw(st.booleans()):
+        kwargs["layout"] = layout
+    if draw(st.booleans()):
+        kwargs["rewards"] = draw(_rewards(r_lens))
+    if draw(st.booleans()):
+        kwargs["loss_masks"] = draw(st.one_of(hs.mask_rows(r_lens), hs.float_rows(r_lens)))
+    if draw(st.booleans()):
+        kwargs["logprobs"] = draw(hs.float_rows(r_lens))
+    if draw(st.integers(0, 2)) == 0:  # near the tight width, on both sides of it
+        tight = max(p + r for p, r in pairs)
+        kwargs["max_seq_len"] = max(0, tight + draw(st.integers(-3, 2)))
+    return Case((prompts, responses), kwargs)
+
+
+def _rewards(r_lens):
+    """Per-token reward lists, one scalar per sample, or a mix of both."""
+    scalar = hs.float32s()
+    per_token = hs.float_rows(r_lens)
+    mixed = st.tuples(*[st.one_of(scalar, st.lists(hs.float32s(), min_size=n, max_size=n))
+                        for n in r_lens]).map(list)
+    return st.one_of(per_token, st.lists(scalar, min_size=len(r_lens), max_size=len(r_lens)),
+                     mixed)
+
+
+@st.composite
+def bad_rl_batch_cases(draw) -> BadCase:
+    """Invalid calls, one defect each, with the exception type the spec requires."""
+    good = draw(rl_batch_cases())
+    prompts, responses = good.args
+    kwargs = dict(good.kwargs)
+    r_lens = [len(r) for r in responses]
+    batch = len(prompts)
+    kind = draw(st.sampled_from([
+        "pad_type", "pad_bool", "layout", "count", "empty", "values_count", "values_length",
+        "reward_2d", "loss_2d_tensor", "not_a_list"]))
+    if kind == "pad_type":
+        kwargs["pad_token_id"] = draw(st.sampled_from([0.0, "0", None]))
+        return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id not an int")
+    if kind == "pad_bool":
+        kwargs["pad_token_id"] = False
+        return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id is a bool")
+    if kind == "layout":
+        kwargs["layout"] = draw(st.sampled_from(["right", "LEFT", ""]))
+        return BadCase(Case((prompts, responses), kwargs), ValueError, "unknown layout")
+    if kind == "count":
+        drop = draw(st.sampled_from(["prompts", "responses"]))
+        extra = [[1]]
+        args = (prompts + extra, responses) if drop == "responses" else (prompts, responses + extra)
+        return BadCase(Case(args, kwargs), ValueError, "prompts and responses counts differ")
+    if kind == "empty":
+        return BadCase(Case(([], []), {"pad_token_id": 0}), ValueError, "empty batch")
+    name = draw(st.sampled_from(["rewards", "loss_masks", "logprobs"]))
+    kwargs.pop(name, None)
+    if kind == "values_count":
+        kwargs[name] = [[0.0] * n for n in r_lens] + [[0.0]]
+        return BadCase(Case((prompts, responses), kwargs), ValueError, f"{name}: {batch + 1} rows")
+    if kind == "values_length":
+        row = draw(st.integers(0, batch - 1))
+        rows = [[0.5] * n for n in r_lens]
+        rows[row] = rows[row] + [0.5] if draw(st.booleans()) or not rows[row] else rows[row][1:]
+        return BadCase(Case((prompts, responses), kwargs | {name: rows}), ValueError,
+                       f"{name}[{row}] has the wrong length")
+    if kind == "reward_2d":
+        row = draw(st.integers(0, batch - 1))
+        rows = [torch.zeros(n) for n in r_lens]
+        rows[row] = torch.zeros(1, max(r_lens[row], 1))
+        return BadCase(Case((prompts, responses), kwargs | {"rewards": rows}), ValueError,
+                       f"rewards[{row}] is 2-D")
+    if kind == "loss_2d_tensor":
+        row = draw(st.integers(0, batch - 1))
+        rows = [[1.0] * n for n in r_lens]
+        rows[row] = [[1.0] * r_lens[row]]
+        return BadCase(Case((prompts, responses), kwargs | {"loss_masks": rows}), ValueError,
+                       f"loss_masks[{row}] is a nested list")
+    kwargs[name] = 3
+    return BadCase(Case((prompts, responses), kwargs), TypeError, f"{name} is not a list")
+
+
+# --------------------------------------------------------------------------- input forms
+
+
+def _to_tensors(case: Case) -> Case:
+    prompts, responses = case.args
+    kwargs = dict(case.kwargs)
+    for name in ("rewards", "loss_masks", "logprobs"):
+        if name in kwargs:
+            kwargs[name] = [torch.tensor(v, dtype=torch.float32) for v in kwargs[name]]
+    return Case((hs.tensor_rows(prompts, torch.int64), hs.tensor_rows(responses, torch.int64)),
+                kwargs)
+
+
+def _to_jagged(case: Case, device: str = "cpu") -> Case:
+    prompts, responses = case.args
+    kwargs = dict(case.kwargs)
+    for name in ("rewards", "loss_masks", "logprobs"):
+        value = kwargs.get(name)
+        if value is not None and all(isinstance(v, list) for v in value):
+            kwargs[name] = hs.jagged(value, torch.float32, device)
+    return Case((hs.jagged(prompts, torch.int64, device), hs.jagged(responses, torch.int64, device)),
+                kwargs)
+
+
+def _on_device(case: Case, device: str) -> Case:
+    return _to_jagged(case, device).replace(device=device)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _lengths(case: Case) -> tuple[list[int], list[int]]:
+    prompts, responses = case.args
+    return [len(p) for p in prompts], [len(r) for r in responses]
+
+
+def _layout(case: Case) -> str:
+    return case.kwargs.get("layout", "left")
+
+
+def _f32(values) -> list[float]:
+    return torch.tensor(values, dtype=torch.float32).tolist()
+
+
+def describe_row(case: Case, row: int) -> str:
+    p_lens, r_lens = _lengths(case)
+    return f"p={p_lens[row]} r={r_lens[row]} (layout {_layout(case)!r})"
+
+
+def picture(td) -> dict[str, list[str]]:
+    """One character per column: `.` pad, `p` prompt, `r` response — for sequence and response
+    tensors (the response tensor's columns are sequence columns `T-R ...` in both layouts)."""
+    attention, response = td["attention_mask"].tolist(), td["response_mask"].tolist()
+    width, r_width = td["attention_mask"].shape[1], td["response_mask"].shape[1]
+    offset = width - r_width
+    sequence, responses = [], []
+    for att, resp in zip(attention, response):
+        row = ["." if a == 0 else "p" for a in att]
+        for j, flag in enumerate(resp):
+            if flag and 0 <= offset + j < width and att[offset + j]:
+                row[offset + j] = "r"
+        sequence.append("".join(row))
+        responses.append("".join("r" if flag else "." for flag in resp))
+    return {"sequence": sequence, "response": responses}
+
+
+def _assert(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+def prop_shapes_and_dtypes(case: Case, td) -> None:
+    """Property 1: keys, shapes, dtypes; T = max(p+r) (left) or max p + max r (two_segment)."""
+    p_lens, r_lens = _lengths(case)
+    batch, max_r = len(p_lens), max(r_lens)
+    if _layout(case) == "left":
+        width = max(p + r for p, r in zip(p_lens, r_lens))
+        tight = any(p == max(p_lens) and r == max_r for p, r in zip(p_lens, r_lens))
+        _assert(width <= max(p_lens) + max_r and (width == max(p_lens) + max_r) == tight,
+                "T <= max p + max r, with equality iff one sample has both maxima")
+    else:
+        width = max(p_lens) + max_r
+    expected = {"input_ids": ((batch, width), torch.int64),
+                "attention_mask": ((batch, width), torch.int64),
+                "position_ids": ((batch, width), torch.int64),
+                "response_mask": ((batch, max_r), torch.int64),
+                "loss_mask": ((batch, max_r), torch.float32)}
+    optional = {"rewards": "rewards", "logprobs": "rollout_logprobs"}
+    for arg, key in optional.items():
+        if case.kwargs.get(arg) is not None:
+            expected[key] = ((batch, max_r), torch.float32)
+    tensor_keys = {k for k in td.keys() if not td.is_non_tensor(k)}
+    _assert(tensor_keys == set(expected), f"tensor keys {sorted(tensor_keys)} != "
+            f"{sorted(expected)}")
+    for key, (shape, dtype) in expected.items():
+        value = td[key]
+        _assert(tuple(value.shape) == shape and value.dtype == dtype,
+                f"{key}: got {tuple(value.shape)} {value.dtype}, expected {shape} {dtype}")
+    _assert(td.get_non_tensor("max_response_length") == max_r, "max_response_length != R")
+    _assert(td.get_non_tensor("layout") == _layout(case), "layout entry differs")
+    _assert(td.get_non_tensor("pad_token_id") == case.kwargs["pad_token_id"],
+            "pad_token_id entry differs")
+
+
+def prop_tokens_preserved(case: Case, td) -> None:
+    """Property 2: the attended columns are exactly prompt + response; the rest is pad."""
+    prompts, responses = case.args
+    pad = case.kwargs["pad_token_id"]
+    for i, (ids, att) in enumerate(zip(td["input_ids"].tolist(), td["attention_mask"].tolist())):
+        kept = [t for t, a in zip(ids, att) if a == 1]
+        _assert(kept == list(prompts[i]) + list(responses[i]),
+                f"row {i}: attended tokens {kept} != prompt + response")
+        _assert(all(t == pad for t, a in zip(ids, att) if a == 0),
+                f"row {i}: a masked-out column does not hold pad_token_id {pad}")
+
+
+def prop_masks_are_steps(case: Case, td) -> None:
+    """Property 3: masks are 0…0 1…1 steps (left) — two_segment: 0…0 1…1 0…0 and 1…1 0…0 —
+    with sums p+r and r, whatever the token values (never derived from `token != pad`)."""
+    p_lens, r_lens = _lengths(case)
+    left = _layout(case) == "left"
+    for i, (att, resp) in enumerate(zip(td["attention_mask"].tolist(),
+                                        td["response_mask"].tolist())):
+        n, r = p_lens[i] + r_lens[i], r_lens[i]
+        width, r_width = len(att), len(resp)
+        start = width - n if left else width - r_width - p_lens[i]
+        _assert(att == [0] * start + [1] * n + [0] * (width - start - n),
+                f"row {i}: attention_mask {att} is not the step for p+r={n}")
+        want = [0] * (r_width - r) + [1] * r if left else [1] * r + [0] * (r_width - r)
+        _assert(resp == want, f"row {i}: response_mask {resp} is not the step for r={r}")
+
+
+def prop_positions(case: Case, td) -> None:
+    """position_ids = max(cumsum(attention_mask) - 1, 0) per row."""
+    for i, (att, pos) in enumerate(zip(td["attention_mask"].tolist(),
+                                       td["position_ids"].tolist())):
+        running, want = 0, []
+        for a in att:
+            running += a
+            want.append(max(running - 1, 0))
+        _assert(pos == want, f"row {i}: position_ids {pos} != {want}")
+
+
+def prop_alignment(case: Case, td) -> None:
+    """Property 4: response column j is sequence column T-R+j (left) / P+j (two_segment), and
+    every per-token value sits on its token (bit for bit, float32); zeros elsewhere."""
+    prompts, responses = case.args
+    ids = td["input_ids"].tolist()
+    width, r_width = td["input_ids"].shape[1], td["response_mask"].shape[1]
+    left = _layout(case) == "left"
+    for i, response in enumerate(responses):
+        r = len(response)
+        first = r_width - r if left else 0
+        for k, token in enumerate(response):
+            _assert(ids[i][width - r_width + first + k] == token,
+                    f"row {i}: response token {k} is not at sequence column T-R+{first + k}")
+        for arg, key in (("loss_masks", "loss_mask"), ("rewards", "rewards"),
+                         ("logprobs", "rollout_logprobs")):
+            given = case.kwargs.get(arg)
+            if given is None:
+                continue
+            row = td[key][i]
+            values = given[i]
+            if not isinstance(values, list):  # a scalar reward: on the last response token
+                values = [0.0] * (r - 1) + [values] if r else []
+            want = torch.zeros(r_width, dtype=torch.float32)
+            want[first:first + r] = torch.tensor(values, dtype=torch.float32)
+            _assert(torch.equal(row.view(torch.int32), want.view(torch.int32)),
+                    f"row {i}: {key} {row.tolist()} != {want.tolist()} (bitwise)")
+
+
+def prop_permutation(case: Case, td, candidate) -> None:
+    """Property 5: permuting the samples permutes the rows and nothing else."""
+    prompts, responses = case.args
+    order = list(range(len(prompts)))[::-1]
+    kwargs = dict(case.kwargs)
+    for name in ("rewards", "loss_masks", "logprobs"):
+        if kwargs.get(name) is not None:
+            kwargs[name] = [kwargs[name][i] for i in order]
+    permuted = candidate([prompts[i] for i in order], [responses[i] for i in order], **kwargs)
+    index = torch.tensor(order)
+    for key in td.keys():
+        if not td.is_non_tensor(key):
+            _assert(torch.equal(permuted[key], td[key][index]), f"{key}: rows not permuted")
+
+
+def prop_layouts_agree(case: Case, td, candidate) -> None:
+    """Property 6: `left` and `two_segment` carry the same tokens and per-token values."""
+    other = "two_segment" if _layout(case) == "left" else "left"
+    twin = candidate(*case.args, **(dict(case.kwargs) | {"layout": other}))
+    for i in range(td.batch_size[0]):
+        for a, b in ((td, twin),):
+            real_a = a["input_ids"][i][a["attention_mask"][i].bool()]
+            real_b = b["input_ids"][i][b["attention_mask"][i].bool()]
+            _assert(torch.equal(real_a, real_b), f"row {i}: layouts carry different tokens")
+        for key in ("loss_mask", "rewards", "rollout_logprobs"):
+            if key in td.keys():
+                va = td[key][i][td["response_mask"][i].bool()]
+                vb = twin[key][i][twin["response_mask"][i].bool()]
+                _assert(torch.equal(va.view(torch.int32), vb.view(torch.int32)),
+                        f"row {i}: {key} differs between layouts")
+
+
+def prop_max_seq_len_only_warns(case: Case, td, candidate) -> None:
+    """`max_seq_len` never truncates: outputs are identical without it; one WARNING iff T > it."""
+    kwargs = {k: v for k, v in case.kwargs.items() if k != "max_seq_len"}
+    assert_identical(candidate(*case.args, **kwargs), td)
+    limit = case.kwargs.get("max_seq_len")
+    if limit is None:
+        return
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        candidate(*case.args, **case.kwargs)
+    finally:
+        root.removeHandler(handler)
+    warnings = [r for r in records if r.levelno == logging.WARNING]
+    width = td["input_ids"].shape[1]
+    if width > limit:
+        _assert(len(warnings) == 1 and str(width) in warnings[0].getMessage()
+                and str(limit) in warnings[0].getMessage(),
+                f"expected one WARNING naming {width} and {limit}, got "
+                f"{[w.getMessage() for w in warnings]}")
+    else:
+        _assert(not warnings, "a warning although T <= max_seq_len")
+
+
+# --------------------------------------------------------------------------- pins
+
+ANTI_CORRELATED = Case(([[11], [21, 22, 23, 24, 25]], [[12, 13, 14, 15, 16], [26]]),
+                       {"pad_token_id": 0})
+
+
+def _expect_tight_width(case: Case, td) -> None:
+    _assert(tuple(td["input_ids"].shape) == (2, 6),
+            f"anti-correlated lengths (1+5, 5+1) must give T = 6, got {tuple(td['input_ids'].shape)}")
+
+
+PAD_COLLISION = Case(([[0, 5, 0], [7]], [[0, 0], [9, 0, 0]]),
+                     {"pad_token_id": 0, "loss_masks": [[1, 0], [1, 1, 0]]})
+
+
+def _expect_masks_from_lengths(case: Case, td) -> None:
+    _assert(td["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]],
+            f"attention_mask must come from lengths, got {td['attention_mask'].tolist()}")
+
+
+BUILD_PINS = [
+    Pin("two_segment_width_inflation", ANTI_CORRELATED,
+        "legacy layout padded prompts and responses separately: width max p + max r (10 here) "
+        "instead of max(p + r) = 6 on anti-correlated multi-turn lengths (SkyRL #1285)",
+        _expect_tight_width),
+    Pin("mask_from_token_not_pad", PAD_COLLISION,
+        "masks derived from `token != pad` drop real tokens whose id equals the pad id",
+        _expect_masks_from_lengths),
+    Pin("scalar_reward_on_last_token",
+        Case(([[1, 2], [3]], [[4], [5, 6, 7]]), {"pad_token_id": 0, "rewards": [1.5, -2.0]}),
+        "a scalar reward belongs on the row's last response token (column R-1 in the left layout)"),
+    Pin("empty_response_and_empty_row",
+        Case(([[1, 2], [], []], [[], [3], []]), {"pad_token_id": 0, "rewards": [0.5, 1.0, 2.0],
+                                                "layout": "two_segment"}),
+        "empty responses, an empty prompt and an all-pad row (p + r == 0) are legal"),
+    Pin("loss_mask_length_mismatch",
+        BadCase(Case(([[1], [2]], [[3, 4], [5]]), {"pad_token_id": 0,
+                                                   "loss_masks": [[1, 1], [1, 1]]}),
+                ValueError, "SkyRL right-aligns a too-long list silently"),
+        "a per-token list of the wrong length must be rejected, not right-aligned by its own length"),
+]
+
+# --------------------------------------------------------------------------- response_values
+
+
+@st.composite
+def response_values_cases(draw) -> Case:
+    counts = draw(hs.lengths(draw(hs.batch_sizes())))
+    width = max(counts) + draw(st.integers(0, 2))
+    mask = torch.tensor([[0] * (width - n) + [1] * n for n in counts], dtype=torch.int64)
+    values = torch.tensor(draw(hs.float_rows([width] * len(counts))), dtype=torch.float32)
+    return Case((values.reshape(len(counts), width), mask))
+
+
+@st.composite
+def bad_response_values_cases(draw) -> BadCase:
+    values = torch.zeros(2, 3)
+    mask = draw(st.sampled_from([torch.ones(2, 4, dtype=torch.int64),
+                                 torch.ones(3, dtype=torch.int64)]))
+    return BadCase(Case((values, mask)), ValueError, "mask shape differs from values")
+
+
+def prop_last_n_entries(case: Case, rows) -> None:
+    """Row i is exactly the last n_i entries of values[i]; n_i == 0 gives an empty tensor."""
+    values, mask = case.args
+    _assert(isinstance(rows, list) and len(rows) == values.shape[0], "one tensor per row")
+    for i, row in enumerate(rows):
+        n = int(mask[i].sum())
+        want = values[i][values.shape[1] - n:]
+        _assert(row.dtype == values.dtype and tuple(row.shape) == (n,),
+                f"row {i}: shape {tuple(row.shape)} {row.dtype}, expected ({n},) {values.dtype}")
+        _assert(torch.equal(row.view(torch.int32), want.view(torch.int32)),
+                f"row {i}: {row.tolist()} != last {n} entries {want.tolist()}")
+
+
+X_MINUS_ZERO = Case((torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),
+                     torch.tensor([[0, 1, 1], [0, 0, 0]])))
+RIGHT_ALIGNED = Case((torch.tensor([[9.0, 2.0, 3.0], [7.0, 8.0, 6.0]]),
+                      torch.tensor([[0, 1, 1], [0, 0, 1]])))
+
+VALUES_PINS = [
+    Pin("x_minus_zero", X_MINUS_ZERO,
+        "`x[-n:]` with n == 0 returns the whole row instead of nothing (SkyRL #1367)"),
+    Pin("left_aligned_slice", RIGHT_ALIGNED,
+        "`x[:n]` on right-aligned response tensors returns pad/prompt columns (SkyRL #1367)"),
+]
+
+# --------------------------------------------------------------------------- records
+
+EXAMPLE = Case(([[11, 12, 13], [21], [31, 32]], [[14, 15], [22, 23, 24, 25], []]),
+               {"pad_token_id": 0, "rewards": [1.0, 0.0, 0.5]})
+
+BUILD_RL_BATCH = register(OpInfo(
+    op="rl_batch",
+    function="build_rl_batch",
+    valid=rl_batch_cases(),
+    invalid=bad_rl_batch_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("shapes_and_dtypes", prop_shapes_and_dtypes, prop_shapes_and_dtypes.__doc__),
+        Property("tokens_preserved", prop_tokens_preserved, prop_tokens_preserved.__doc__),
+        Property("masks_are_steps", prop_masks_are_steps, prop_masks_are_steps.__doc__),
+        Property("positions", prop_positions, prop_positions.__doc__),
+        Property("alignment", prop_alignment, prop_alignment.__doc__),
+        Property("permutation", prop_permutation, prop_permutation.__doc__, metamorphic=True),
+        Property("layouts_agree", prop_layouts_agree, prop_layouts_agree.__doc__,
+                 metamorphic=True),
+        Property("max_seq_len_only_warns", prop_max_seq_len_only_warns,
+                 prop_max_seq_len_only_warns.__doc__, metamorphic=True),
+    ],
+    pins=BUILD_PINS,
+    forms={"lists": lambda c: c, "tensors": _to_tensors, "jagged": _to_jagged},
+    devices=("cpu", "cuda"),
+    to_device=_on_device,
+    describe_row=describe_row,
+    picture=picture,
+    example=EXAMPLE,
+    targets=lambda case: {"padding waste": _padding_waste(case), "batch size": len(case.args[0])},
+    doc="prompts + responses → RL training batch, left (SkyRL unified) or two_segment layout",
+))
+
+
+def _padding_waste(case: Case) -> float:
+    p_lens, r_lens = _lengths(case)
+    width = max(p + r for p, r in zip(p_lens, r_lens))
+    return len(p_lens) * width - sum(p_lens) - sum(r_lens)
+
+
+RESPONSE_VALUES = register(OpInfo(
+    op="rl_batch",
+    function="response_values",
+    valid=response_values_cases(),
+    invalid=bad_response_values_cases(),
+    compare=assert_identical,
+    properties=[Property("last_n_entries", prop_last_n_entries, prop_last_n_entries.__doc__)],
+    pins=VALUES_PINS,
+    example=X_MINUS_ZERO,
+    doc="the valid entries of a right-aligned response tensor, row by row",
+))

@@ -1,0 +1,44 @@
+"""batchproof's pytest plugin (registered through the `pytest11` entry point).
+
+- registers and loads the Hypothesis profiles (`harness.profiles`);
+- `gpu` marker: such tests are skipped cleanly when CUDA is not available;
+- under pytest-xdist each worker uses one intra-op thread, so `-n auto` does not oversubscribe.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import profiles
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped cleanly without one")
+    config.addinivalue_line("markers", "slow: long-running; still part of the default suite")
+    chosen = config.getoption("hypothesis_profile", default=None)
+    profiles.load(chosen or profiles.default_profile())
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (gpu marker); no CUDA device here")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from hypothesis import settings
+
+    return f"batchproof: hypothesis profile {settings._current_profile!r}"

@@ -1,0 +1,205 @@
+"""The op registry: one declarative record per public op function (in the spirit of PyTorch's OpInfo).
+
+A record says everything the generic checks need to know about one function:
+
+    OpInfo(
+        op="rl_batch", function="build_rl_batch",       # reference.rl_batch / impl.rl_batch
+        valid=<strategy of Case>,                        # inputs that must work
+        invalid=<strategy of BadCase>,                   # inputs that must raise a given type
+        compare=assert_identical,                        # or a tolerance policy
+        properties=[Property(...), ...],                 # invariants of any correct output
+        pins=[Pin(...), ...],                            # one @example per historical bug
+        forms={"lists": identity, "jagged": to_jagged}, # input forms the impl must accept
+    )
+
+The checks derived from a record (see `harness.checks`) are named:
+
+    equivalence        reference(case) == candidate(form(case)) for every input form
+    errors             reference and candidate raise the same exception type on bad input
+    property:<name>    the invariant holds on the candidate's output
+    pin:<name>         the pinned historical case: equivalence, properties, literal expectation
+
+Adding a record to `harness.ops` enrols the function in every check, in `harness verify`, in the
+pytest suite (`tests/test_registry.py`) and in the bug zoo's kill matrix.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+Candidate = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call: positional and keyword arguments, plus a human-readable label."""
+
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    label: str = ""
+
+    def call(self, fn: Candidate) -> Any:
+        return fn(*self.args, **dict(self.kwargs))
+
+    def replace(self, *args: Any, **kwargs: Any) -> Case:
+        """A copy with the positional args replaced (if given) and kwargs updated."""
+        new_kwargs = {**self.kwargs, **kwargs}
+        return Case(args if args else self.args, new_kwargs, self.label)
+
+    def __repr__(self) -> str:
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"Case({', '.join(parts)})"
+
+    def short(self, limit: int = 300) -> str:
+        """A one-line description for tables and progress output."""
+        parts = [_short_repr(a, limit) for a in self.args]
+        parts += [f"{k}={_short_repr(v, limit)}" for k, v in self.kwargs.items()]
+        head = f"[{self.label}] " if self.label else ""
+        return f"{head}Case({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class BadCase:
+    """An invalid call and the exception type both implementations must raise."""
+
+    case: Case
+    raises: type[BaseException]
+    why: str = ""
+
+    def __repr__(self) -> str:
+        return f"BadCase({self.case!r} -> {self.raises.__name__}: {self.why})"
+
+
+@dataclass(frozen=True)
+class Property:
+    """An invariant of any correct output. `check(case, output)` raises AssertionError.
+
+    A metamorphic property (permuting the samples permutes the rows, ...) calls the function under
+    test again: its check is `check(case, output, candidate)`.
+    """
+
+    name: str
+    check: Callable[..., None]
+    doc: str = ""
+    metamorphic: bool = False
+
+    def verify(self, case: Case, output: Any, candidate: Callable[..., Any]) -> None:
+        if self.metamorphic:
+            self.check(case, output, candidate)
+        else:
+            self.check(case, output)
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A regression pin: a concrete case reproducing a historical bug.
+
+    `expect(case, output)` may add a literal expectation (e.g. the spec's worked examples); the pin
+    also runs reference == candidate and every property on this case.
+    """
+
+    name: str
+    case: Case | BadCase
+    why: str
+    expect: Callable[[Case, Any], None] | None = None
+
+
+def _identity(case: Case) -> Case:
+    return case
+
+
+@dataclass
+class OpInfo:
+    """The declarative record of one op function."""
+
+    op: str
+    function: str
+    valid: st.SearchStrategy[Case]
+    compare: Callable[..., None]
+    invalid: st.SearchStrategy[BadCase] | None = None
+    properties: Sequence[Property] = ()
+    pins: Sequence[Pin] = ()
+    forms: Mapping[str, Callable[[Case], Case]] = field(default_factory=lambda: {"lists": _identity})
+    devices: tuple[str, ...] = ("cpu",)
+    to_device: Callable[[Case, str], Case] | None = None
+    describe_row: Callable[[Case, int], str] | None = None
+    picture: Callable[[Any], list[str]] | None = None
+    example: Case | None = None  # what `harness show` draws
+    show: Callable[[Case, Any], list[str]] | None = None  # custom drawing for `harness show`
+    targets: Callable[[Case], dict[str, float]] | None = None  # hypothesis.target() in `nightly`
+    doc: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}.{self.function}"
+
+    @property
+    def reference(self) -> Candidate:
+        return getattr(importlib.import_module(f"reference.{self.op}"), self.function)
+
+    @property
+    def impl(self) -> Candidate:
+        return getattr(importlib.import_module(f"impl.{self.op}"), self.function)
+
+    def candidate_from(self, package: str) -> Candidate:
+        """The function of this op in any package that mirrors the `impl/` layout."""
+        return getattr(importlib.import_module(f"{package}.{self.op}"), self.function)
+
+    def check_names(self) -> list[str]:
+        names = ["equivalence"]
+        if self.invalid is not None:
+            names.append("errors")
+        names += [f"property:{p.name}" for p in self.properties]
+        names += [f"pin:{p.name}" for p in self.pins]
+        return names
+
+
+_REGISTRY: dict[str, OpInfo] = {}
+
+
+def register(info: OpInfo) -> OpInfo:
+    if info.name in _REGISTRY:
+        raise ValueError(f"op {info.name!r} registered twice")
+    _REGISTRY[info.name] = info
+    return info
+
+
+def all_ops() -> list[OpInfo]:
+    """Every record, in registration order (importing `harness.ops` registers them)."""
+    importlib.import_module("harness.ops")
+    return list(_REGISTRY.values())
+
+
+def op_names() -> list[str]:
+    """The op modules that have at least one record (`rl_batch`, `sft`, ...)."""
+    return list(dict.fromkeys(info.op for info in all_ops()))
+
+
+def select(ops: Sequence[str] | None = None) -> list[OpInfo]:
+    """Records of the named ops; a name is an op module (`rl_batch`) or one record (`op.function`)."""
+    infos = all_ops()
+    if not ops:
+        return infos
+    known = {i.op for i in infos} | {i.name for i in infos}
+    unknown = [o for o in ops if o not in known]
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; known: {sorted(known)}")
+    return [i for i in infos if i.op in ops or i.name in ops]
+
+
+def get(name: str) -> OpInfo:
+    all_ops()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown op record {name!r}; known: {sorted(_REGISTRY)}") from None
+
+
+def _short_repr(value: Any, limit: int = 300) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 15] + f"...<{len(text)} chars>"

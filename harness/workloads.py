@@ -1,0 +1,94 @@
+"""Realistic benchmark workloads and their floors (shared by `harness bench` and `benchmarks/`).
+
+Inputs are drawn with a seeded `numpy.random.Generator` (never torch's global RNG).
+
+The floor of an op is the physical limit for its input form:
+    lists   flatten every input list once (`numpy.fromiter` over `itertools.chain`) + write the
+            output bytes once (allocate each output and fill it)
+    jagged  write the output bytes once
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness import strategies as hs
+
+
+@dataclass
+class Workload:
+    """One benchmark: named variants (callables taking no argument) plus the floors."""
+
+    op: str
+    name: str
+    size: str
+    variants: dict[str, Callable[[], object]]
+    output_bytes: int
+    tokens: int
+
+
+def rl_batch_inputs(batch: int = 1024, seed: int = 0, prompt=(50, 500), response=(50, 2000),
+                    vocab: int = 32000):
+    """prompts, responses and per-token rewards / loss masks / logprobs as Python lists."""
+    rng = np.random.default_rng(seed)
+    p_lens = rng.integers(prompt[0], prompt[1] + 1, batch)
+    r_lens = rng.integers(response[0], response[1] + 1, batch)
+    prompts = [rng.integers(0, vocab, n).tolist() for n in p_lens]
+    responses = [rng.integers(0, vocab, n).tolist() for n in r_lens]
+    rewards = [rng.standard_normal(n).astype(np.float32).tolist() for n in r_lens]
+    loss_masks = [(rng.random(n) < 0.9).astype(np.float32).tolist() for n in r_lens]
+    logprobs = [(-rng.random(n)).astype(np.float32).tolist() for n in r_lens]
+    return prompts, responses, {"rewards": rewards, "loss_masks": loss_masks,
+                                "logprobs": logprobs}
+
+
+def flatten_floor(*lists_of_rows, dtypes) -> None:
+    """The input half of the list floor: one `numpy.fromiter` pass over each list of rows."""
+    for rows, dtype in zip(lists_of_rows, dtypes):
+        np.fromiter(itertools.chain.from_iterable(rows), dtype=dtype)
+
+
+def write_floor(shapes_and_dtypes, device="cpu") -> None:
+    """The output half of every floor: allocate and write each output tensor once."""
+    for shape, dtype in shapes_and_dtypes:
+        torch.empty(shape, dtype=dtype, device=device).fill_(1)
+
+
+def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
+    from impl import rl_batch as impl
+    from reference import rl_batch as reference
+
+    prompts, responses, per_token = rl_batch_inputs(batch, seed)
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    r_width = max(len(r) for r in responses)
+    outputs = [((batch, width), torch.int64)] * 3 + [((batch, r_width), torch.int64)] + \
+        [((batch, r_width), torch.float32)] * 3
+    output_bytes = sum(int(np.prod(s)) * torch.empty((), dtype=d).element_size()
+                       for s, d in outputs)
+    jagged = {name: hs.jagged(rows, torch.float32, device) for name, rows in per_token.items()}
+    j_prompts = hs.jagged(prompts, torch.int64, device)
+    j_responses = hs.jagged(responses, torch.int64, device)
+
+    def list_floor():
+        flatten_floor(prompts, responses, *per_token.values(),
+                      dtypes=[np.int64, np.int64, np.float32, np.float32, np.float32])
+        write_floor(outputs)
+
+    variants = {
+        "reference": lambda: reference.build_rl_batch(prompts, responses, pad_token_id=0,
+                                                      **per_token),
+        "impl (lists)": lambda: impl.build_rl_batch(prompts, responses, pad_token_id=0,
+                                                    **per_token),
+        "floor (lists)": list_floor,
+        "impl (jagged)": lambda: impl.build_rl_batch(j_prompts, j_responses, pad_token_id=0,
+                                                     device=device, **jagged),
+        "floor (output write)": lambda: write_floor(outputs, device),
+    }
+    tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    return Workload("rl_batch", "build_rl_batch", f"B={batch}, {tokens / 1e6:.2f} M tokens",
+                    variants, output_bytes, tokens)

@@ -1,0 +1,257 @@
+"""Bug-zoo entries for `rl_batch`: each reproduces a bug that shipped in a public framework.
+
+Most entries wrap the correct `impl` function and damage its output the way the real bug did, so
+each stays a few lines long and obviously wrong in exactly one way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.zoo import ZooEntry
+from impl import rl_batch as _impl
+from reference import rl_batch as _reference
+
+# the correct functions, bound before any entry is planted (planting replaces module attributes)
+_build = _impl.build_rl_batch
+_oracle_build = _reference.build_rl_batch
+
+
+def _left_aligned_slice(values, response_mask):
+    counts = response_mask.sum(dim=1).tolist()
+    return [row[:n].clone() for row, n in zip(values.unbind(0), counts)]
+
+
+def _minus_zero_slice(values, response_mask):
+    counts = response_mask.sum(dim=1).tolist()
+    return [row[-n:].clone() for row, n in zip(values.unbind(0), counts)]
+
+
+def _mask_from_pad(prompts, responses, **kwargs):
+    td = _build(prompts, responses, **kwargs)
+    td["attention_mask"] = (td["input_ids"] != kwargs["pad_token_id"]).to(torch.int64)
+    return td
+
+
+def _oracle_mask_from_pad(prompts, responses, **kwargs):
+    td = _oracle_build(prompts, responses, **kwargs)
+    td["attention_mask"] = (td["input_ids"] != kwargs["pad_token_id"]).to(torch.int64)
+    return td
+
+
+def _inflate(prompts, responses, **kwargs):
+    """Legacy sizing in the left layout: width max p + max r, extra columns of left pad."""
+    td = _oracle_build(prompts, responses, **kwargs)
+    width = max(len(p) for p in prompts) + max(len(r) for r in responses)
+    extra = width - td["input_ids"].shape[1]
+    if td.get_non_tensor("layout") != "left" or extra == 0:
+        return td
+    for key, fill in (("input_ids", kwargs["pad_token_id"]), ("attention_mask", 0),
+                      ("position_ids", 0)):
+        value = td[key]
+        left = torch.full((value.shape[0], extra), fill, dtype=value.dtype)
+        td = td.exclude(key).set(key, torch.cat([left, value], dim=1))
+    return td
+
+
+def _shift_response_columns(prompts, responses, **kwargs):
+    """Off by one: per-token values land one column to the left of their token."""
+    td = _build(prompts, responses, **kwargs)
+    for key in ("loss_mask", "rewards", "rollout_logprobs"):
+        if key in td.keys():
+            td[key] = torch.roll(td[key], shifts=-1, dims=1)
+    return td
+
+
+def _scalar_reward_two_segment_rule(prompts, responses, **kwargs):
+    """A scalar reward written at column r_i - 1 (the two-segment rule) in the left layout."""
+    rewards = kwargs.get("rewards")
+    if kwargs.get("layout", "left") != "left" or rewards is None:
+        return _build(prompts, responses, **kwargs)
+    td = _build(prompts, responses, **kwargs)
+    width = td["rewards"].shape[1]
+    for i, value in enumerate(rewards):
+        if not isinstance(value, list) and len(responses[i]) > 0:
+            td["rewards"][i, width - 1] = 0.0
+            td["rewards"][i, len(responses[i]) - 1] = float(value)
+    return td
+
+
+def _positions_from_one(prompts, responses, **kwargs):
+    """cumsum(attention_mask) without the -1: positions start at 1."""
+    td = _build(prompts, responses, **kwargs)
+    td["position_ids"] = torch.cumsum(td["attention_mask"], dim=1)
+    return td
+
+
+def _int32_attention(prompts, responses, **kwargs):
+    """Masks built in int32 (as in a `cumsum`-based rewrite) leak the wrong dtype."""
+    td = _build(prompts, responses, **kwargs)
+    td["attention_mask"] = td["attention_mask"].to(torch.int32)
+    return td
+
+
+def _truncate_to_max_seq_len(prompts, responses, **kwargs):
+    limit = kwargs.get("max_seq_len")
+    td = _build(prompts, responses, **kwargs)
+    if limit is None or td["input_ids"].shape[1] <= limit or limit == 0:
+        return td
+    cut = td["input_ids"].shape[1] - limit
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        td[key][:, :cut] = td[key][:, :cut] * 0
+    return td
+
+
+def _sorted_by_length(prompts, responses, **kwargs):
+    """Rows sorted by total length for efficiency, and the order never restored."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]) + len(responses[i]))
+    picked = dict(kwargs)
+    for name in ("rewards", "loss_masks", "logprobs"):
+        if kwargs.get(name) is not None and len(kwargs[name]) == len(prompts):
+            picked[name] = [kwargs[name][i] for i in order]
+    return _build([prompts[i] for i in order], [responses[i] for i in order],
+                               **picked)
+
+
+def _two_segment_right_aligned_values(prompts, responses, **kwargs):
+    """two_segment per-token values right-aligned as in the left layout (mask left-aligned)."""
+    td = _build(prompts, responses, **kwargs)
+    if td.get_non_tensor("layout") != "two_segment":
+        return td
+    width = td["response_mask"].shape[1]
+    for key in ("loss_mask", "rewards", "rollout_logprobs"):
+        if key in td.keys():
+            rows = [torch.roll(row, width - len(r)) for row, r in zip(td[key], responses)]
+            td[key] = torch.stack(rows) if rows else td[key]
+    return td
+
+
+def _length_mismatch_accepted(prompts, responses, **kwargs):
+    """SkyRL's quirk: a per-token list is right-aligned by its own length; mismatches pass."""
+    fixed = dict(kwargs)
+    for name in ("rewards", "loss_masks", "logprobs"):
+        rows = kwargs.get(name)
+        if rows is None or len(rows) != len(responses):
+            continue
+        fixed[name] = [_fit(row, len(resp)) for row, resp in zip(rows, responses)]
+    return _build(prompts, responses, **fixed)
+
+
+def _fit(row, length):
+    if not isinstance(row, list) or len(row) == length:
+        return row
+    return ([0.0] * length + list(row))[-length:] if length else []
+
+
+ENTRIES = [
+    ZooEntry(
+        name="rl_batch.left_aligned_slice",
+        op="rl_batch", function="response_values",
+        bug="`x[:n]` on right-aligned response tensors returns pad columns (SkyRL, before #1367)",
+        reference="SkyRL PR #1367",
+        killers=("pin:left_aligned_slice", "property:last_n_entries", "equivalence"),
+        replacement=_left_aligned_slice,
+    ),
+    ZooEntry(
+        name="rl_batch.x_minus_zero",
+        op="rl_batch", function="response_values",
+        bug="`x[-n:]` with n == 0 returns the whole row instead of nothing",
+        reference="SkyRL PR #1367",
+        killers=("pin:x_minus_zero", "property:last_n_entries", "equivalence"),
+        replacement=_minus_zero_slice,
+    ),
+    ZooEntry(
+        name="rl_batch.oracle_x_minus_zero",
+        op="rl_batch", function="response_values",
+        bug="the same `x[-0:]` bug in the oracle itself: only the property and the pin see it",
+        reference="SkyRL PR #1367",
+        killers=("pin:x_minus_zero", "property:last_n_entries"),
+        replacement=_minus_zero_slice,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="rl_batch.mask_from_token_not_pad",
+        op="rl_batch", function="build_rl_batch",
+        bug="attention_mask derived from `input_ids != pad_token_id` drops real pad-id tokens",
+        killers=("pin:mask_from_token_not_pad", "property:masks_are_steps", "equivalence"),
+        replacement=_mask_from_pad,
+    ),
+    ZooEntry(
+        name="rl_batch.oracle_mask_from_token_not_pad",
+        op="rl_batch", function="build_rl_batch",
+        bug="the oracle itself derives masks from token values: only properties and pins see it",
+        killers=("pin:mask_from_token_not_pad", "property:tokens_preserved",
+                 "property:masks_are_steps"),
+        replacement=_oracle_mask_from_pad,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="rl_batch.oracle_two_segment_width",
+        op="rl_batch", function="build_rl_batch",
+        bug="left layout sized like the legacy layout (max p + max r): up to 2x padding on "
+            "anti-correlated multi-turn lengths",
+        reference="SkyRL PR #1285",
+        killers=("pin:two_segment_width_inflation", "property:shapes_and_dtypes"),
+        replacement=_inflate,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="rl_batch.per_token_values_shifted",
+        op="rl_batch", function="build_rl_batch",
+        bug="off by one: loss mask / rewards / logprobs one column left of their tokens",
+        killers=("property:alignment", "equivalence"),
+        replacement=_shift_response_columns,
+    ),
+    ZooEntry(
+        name="rl_batch.scalar_reward_column",
+        op="rl_batch", function="build_rl_batch",
+        bug="scalar reward written at column r_i - 1 (two-segment rule) in the right-aligned "
+            "layout: it lands on another token or the pad",
+        killers=("pin:scalar_reward_on_last_token", "property:alignment", "equivalence"),
+        replacement=_scalar_reward_two_segment_rule,
+    ),
+    ZooEntry(
+        name="rl_batch.positions_from_one",
+        op="rl_batch", function="build_rl_batch",
+        bug="position_ids = cumsum(attention_mask) without the -1",
+        killers=("property:positions", "equivalence"),
+        replacement=_positions_from_one,
+    ),
+    ZooEntry(
+        name="rl_batch.int32_attention_mask",
+        op="rl_batch", function="build_rl_batch",
+        bug="attention_mask in int32: equal values, wrong dtype (torch.equal would not notice)",
+        killers=("property:shapes_and_dtypes", "equivalence"),
+        replacement=_int32_attention,
+    ),
+    ZooEntry(
+        name="rl_batch.oracle_truncates_to_max_seq_len",
+        op="rl_batch", function="build_rl_batch",
+        bug="max_seq_len silently blanks the leftmost columns instead of only warning",
+        killers=("property:max_seq_len_only_warns",),
+        replacement=_truncate_to_max_seq_len,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="rl_batch.rows_sorted_by_length",
+        op="rl_batch", function="build_rl_batch",
+        bug="samples sorted by length to cut padding, and the original order never restored",
+        killers=("property:permutation", "equivalence"),
+        replacement=_sorted_by_length,
+    ),
+    ZooEntry(
+        name="rl_batch.oracle_two_segment_values_right_aligned",
+        op="rl_batch", function="build_rl_batch",
+        bug="two_segment per-token values right-aligned while its response_mask is left-aligned",
+        killers=("property:layouts_agree", "property:alignment"),
+        replacement=_two_segment_right_aligned_values,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="rl_batch.length_mismatch_accepted",
+        op="rl_batch", function="build_rl_batch",
+        bug="a per-token list of the wrong length is right-aligned by its own length (SkyRL quirk)",
+        killers=("pin:loss_mask_length_mismatch", "errors"),
+        replacement=_length_mismatch_accepted,
+    ),
+]

@@ -1,0 +1,266 @@
+"""Optimized `rl_batch` (spec: rl_batch.md): vectorized torch, device-generic.
+
+Inputs in any of three forms give identical outputs:
+    lists        [[5, 6], [7]]                        flattened once with numpy.fromiter
+    tensors      [tensor([5, 6]), tensor([7])]        concatenated with torch.cat
+    jagged       NJT(values=[5, 6, 7], offsets=[0, 2, 3])   used as is, on its device
+
+Every output is computed on the target device from per-row lengths: the real tokens of row i go to
+the flat positions `i*T + start_i + k` with one index write, masks and positions are broadcast
+comparisons against per-row starts — no per-token Python loop, no host round trip besides reading
+the two widths T and R that give the output shapes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import numbers
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from reference import rl_batch as _spec
+
+logger = logging.getLogger(__name__)
+
+LAYOUTS = ("left", "two_segment")
+
+
+def build_rl_batch(
+    prompts,
+    responses,
+    *,
+    pad_token_id,
+    rewards=None,
+    loss_masks=None,
+    logprobs=None,
+    layout="left",
+    max_seq_len=None,
+    device=None,
+) -> TensorDict:
+    """Lay out B samples as one RL batch (pictures in `reference.rl_batch`)."""
+    if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
+        raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    device = _output_device(device, prompts, responses)
+    p_len, p_flat = _flatten_tokens(prompts, "prompts", device)
+    r_len, r_flat = _flatten_tokens(responses, "responses", device)
+    if p_len.numel() != r_len.numel():
+        raise ValueError(
+            f"prompts and responses must have the same length, got {p_len.numel()} prompts "
+            f"and {r_len.numel()} responses")
+    if p_len.numel() == 0:
+        raise ValueError("prompts is empty: a batch needs at least one sample")
+    per_token = {
+        "rewards": _flatten_values(rewards, "rewards", r_len, device, allow_scalar=True),
+        "loss_mask": _flatten_values(loss_masks, "loss_masks", r_len, device),
+        "rollout_logprobs": _flatten_values(logprobs, "logprobs", r_len, device),
+    }
+
+    batch = p_len.numel()
+    n_len = p_len + r_len
+    widths = torch.stack([n_len.max(), p_len.max(), r_len.max()]).tolist()  # one host read
+    max_total, max_prompt, max_response = widths
+    width = max_total if layout == "left" else max_prompt + max_response
+    if max_seq_len is not None and width > max_seq_len:
+        logger.warning("batch sequence width %d exceeds max_seq_len %d (not truncated)",
+                       width, max_seq_len)
+
+    # sequence tensors: row i holds its n_i real tokens from column start_i on
+    start = (width - n_len) if layout == "left" else (max_prompt - p_len)
+    rows = torch.arange(batch, device=device)
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
+    flat_ids = input_ids.view(-1)
+    _scatter_rows(flat_ids, p_flat, p_len, rows * width + start)
+    _scatter_rows(flat_ids, r_flat, r_len, rows * width + start + p_len)
+    columns = torch.arange(width, device=device)
+    offset = columns - start[:, None]
+    real = (offset >= 0) & (offset < n_len[:, None])
+    position_ids = offset.clamp_(min=0)
+    if layout == "two_segment":  # right padding repeats the last real position
+        position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
+
+    # response tensors: right-aligned (left layout) or left-aligned (two_segment)
+    r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
+    r_columns = torch.arange(max_response, device=device)
+    r_offset = r_columns - r_start[:, None]
+    response_real = (r_offset >= 0) & (r_offset < r_len[:, None])
+    r_base = rows * max_response + r_start
+    out = {
+        "input_ids": input_ids,
+        "attention_mask": real.to(torch.int64),
+        "position_ids": position_ids,
+        "response_mask": response_real.to(torch.int64),
+    }
+    for key in ("loss_mask", "rewards", "rollout_logprobs"):
+        values = per_token[key]
+        if values is None:
+            if key == "loss_mask":
+                out[key] = response_real.to(torch.float32)
+            continue
+        dense = torch.zeros((batch, max_response), dtype=torch.float32, device=device)
+        _scatter_rows(dense.view(-1), values.flat, r_len, r_base, values.row_mask)
+        if values.scalars is not None:
+            _place_scalar_rewards(dense, values.scalars, r_len, r_base)
+        out[key] = dense
+
+    td = TensorDict(out, batch_size=[batch], device=None)
+    td.set_non_tensor("max_response_length", max_response)
+    td.set_non_tensor("layout", layout)
+    td.set_non_tensor("pad_token_id", pad_token_id)
+    return td
+
+
+def response_values(values, response_mask) -> list[torch.Tensor]:
+    """Row i: the last `n_i = response_mask[i].sum()` entries of `values[i]` (left layout).
+
+    `n_i == 0` gives an empty tensor (a plain `values[i][-n_i:]` would return the whole row).
+    """
+    if values.dim() != 2 or response_mask.dim() != 2:
+        raise ValueError("values and response_mask must be 2-D (B, R) tensors")
+    if values.shape != response_mask.shape:
+        raise ValueError(
+            f"values {tuple(values.shape)} and response_mask {tuple(response_mask.shape)} "
+            "must have the same shape")
+    counts = response_mask.sum(dim=1).tolist()
+    width = values.shape[1]
+    return [row[width - n:] for row, n in zip(values.unbind(0), counts)]
+
+
+class _Values:
+    """Flattened per-token values of one argument: the flat float32 tensor, which rows it covers,
+    and the per-row scalars (scalar rewards)."""
+
+    def __init__(self, flat, row_mask=None, scalars=None):
+        self.flat, self.row_mask, self.scalars = flat, row_mask, scalars
+
+
+def _scatter_rows(flat_out, flat_values, row_lengths, row_base, row_mask=None):
+    """flat_out[row_base[i] + k] = value k of row i, for rows with row_mask (default: all)."""
+    if flat_values.numel() == 0:
+        return
+    lengths = row_lengths if row_mask is None else row_lengths * row_mask
+    first = torch.cumsum(lengths, 0) - lengths  # exclusive prefix sum: first flat index per row
+    dest = torch.repeat_interleave(row_base - first, lengths, output_size=flat_values.numel())
+    dest += torch.arange(flat_values.numel(), device=dest.device)
+    flat_out[dest] = flat_values
+
+
+def _place_scalar_rewards(dense, scalars, r_len, r_base):
+    """A scalar reward sits on the row's last response token; nothing when r_i == 0."""
+    is_scalar, value = scalars
+    rows = is_scalar & (r_len > 0)
+    dense.view(-1)[(r_base + r_len - 1)[rows]] = value[rows]
+
+
+def _flatten_tokens(rows, name, device):
+    """(lengths int64 (B,), flat int64 tokens) on `device` from lists, tensors or an NJT."""
+    if isinstance(rows, torch.Tensor) and rows.is_nested:
+        if rows.dim() != 2 or rows.is_floating_point() or rows.dtype == torch.bool:
+            raise TypeError(f"{name} as a jagged tensor must be 2-D with integer token ids")
+        offsets = rows.offsets().to(device)
+        return torch.diff(offsets), rows.values().to(device=device, dtype=torch.int64)
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+        raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
+    kinds = set(map(type, rows))
+    if kinds and all(issubclass(k, torch.Tensor) for k in kinds):
+        for i, row in enumerate(rows):
+            if row.dim() != 1:
+                raise ValueError(f"{name}[{i}] must be 1-D, got shape {tuple(row.shape)}")
+            if row.is_floating_point() or row.dtype == torch.bool:
+                raise TypeError(f"{name}[{i}] must hold integer token ids, got {row.dtype}")
+        lengths = torch.tensor([row.numel() for row in rows], dtype=torch.int64)
+        flat = torch.cat([row.to(device=device, dtype=torch.int64) for row in rows])
+        return lengths.to(device), flat
+    if kinds and not any(issubclass(k, torch.Tensor) for k in kinds):
+        try:
+            lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+            flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64,
+                               count=int(lengths.sum()))
+        except (TypeError, ValueError, OverflowError):
+            pass  # fall through to the row-by-row conversion, which names the row
+        else:
+            if _all_integral(rows, flat):
+                return (torch.from_numpy(lengths).to(device), torch.from_numpy(flat).to(device))
+    converted = [_spec._token_list(row, name, i) for i, row in enumerate(rows)]
+    lengths = torch.tensor([len(r) for r in converted], dtype=torch.int64)
+    flat = torch.tensor(list(itertools.chain.from_iterable(converted)), dtype=torch.int64)
+    return lengths.to(device), flat.to(device)
+
+
+def _all_integral(rows, flat) -> bool:
+    """numpy.fromiter truncates floats silently; token ids must be ints (checked per row start)."""
+    for row in rows:
+        if len(row) and (not isinstance(row[0], numbers.Integral) or isinstance(row[0], bool)):
+            return False
+    return True
+
+
+def _flatten_values(values, name, r_len, device, allow_scalar=False):
+    """Per-token float32 values of `name` (one entry per sample, each of r_i values)."""
+    if values is None:
+        return None
+    if isinstance(values, torch.Tensor) and values.is_nested:
+        lengths = torch.diff(values.offsets()).to(device)
+        _check_count(lengths.numel(), r_len.numel(), name)
+        _check_lengths(lengths, r_len, name)
+        return _Values(values.values().detach().to(device=device, dtype=torch.float32))
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{name} must be a list with one entry per sample, "
+                        f"got {type(values).__name__}")
+    _check_count(len(values), r_len.numel(), name)
+    kinds = set(map(type, values))
+    if kinds and all(issubclass(k, (list, tuple)) for k in kinds):
+        try:
+            lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+            flat = np.fromiter(itertools.chain.from_iterable(values), dtype=np.float32,
+                               count=int(lengths.sum()))
+        except (TypeError, ValueError, OverflowError):
+            pass  # the row-by-row path below raises the reference's error for the bad row
+        else:
+            _check_lengths(torch.from_numpy(lengths).to(device), r_len, name)
+            return _Values(torch.from_numpy(flat).to(device))
+    return _flatten_mixed(values, name, r_len, device, allow_scalar)
+
+
+def _flatten_mixed(values, name, r_len, device, allow_scalar):
+    """Row-by-row path: tensors, scalars, or anything the fast path could not convert."""
+    rows = _spec._per_token_values(values, name, r_len.tolist(), allow_scalar)
+    is_scalar = [isinstance(row, float) for row in rows]
+    lists = [row for row in rows if not isinstance(row, float)]
+    flat = torch.tensor(list(itertools.chain.from_iterable(lists)), dtype=torch.float32)
+    row_mask = torch.tensor([not s for s in is_scalar], dtype=torch.int64, device=device)
+    scalars = None
+    if any(is_scalar):
+        scalars = (torch.tensor(is_scalar, device=device),
+                   torch.tensor([row if s else 0.0 for row, s in zip(rows, is_scalar)],
+                                dtype=torch.float32, device=device))
+    return _Values(flat.to(device), row_mask, scalars)
+
+
+def _check_count(count, batch, name):
+    if count != batch:
+        raise ValueError(f"{name} must have one entry per sample: got {count} entries "
+                         f"for {batch} samples")
+
+
+def _check_lengths(lengths, r_len, name):
+    bad = lengths != r_len
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise ValueError(f"{name}[{i}] has {int(lengths[i])} entries, but response {i} has "
+                         f"{int(r_len[i])} tokens")
+
+
+def _output_device(device, prompts, responses):
+    if device is not None:
+        return torch.device(device)
+    for rows in (prompts, responses):
+        if isinstance(rows, torch.Tensor):
+            return rows.device
+        if isinstance(rows, (list, tuple)) and rows and isinstance(rows[0], torch.Tensor):
+            return rows[0].device
+    return torch.device("cpu")

@@ -1,0 +1,39 @@
+"""The bug zoo proves the checks can fail: every entry is killed by each of its declared killers,
+and every property of every record is the declared killer of at least one entry."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import registry
+from harness.mutate import check_key, run_entry
+from harness.zoo import all_entries
+
+ENTRIES = all_entries()
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
+def test_declared_killers_kill(entry) -> None:
+    result = run_entry(entry, entry.killer_checks(), profile="mutation")
+    assert not result.missed_killers, (
+        f"{entry.name} survived its declared killers {result.missed_killers}")
+
+
+def test_killers_name_real_checks() -> None:
+    for entry in ENTRIES:
+        for record, check in entry.killer_checks():
+            assert check in registry.get(record).check_names(), (
+                f"{entry.name}: killer {record}/{check} is not a check of {record}")
+
+
+def test_every_property_can_fail() -> None:
+    declared = {key for e in ENTRIES for key in (check_key(r, c) for r, c in e.killer_checks())}
+    for info in registry.all_ops():
+        for prop in info.properties:
+            key = check_key(info.name, f"property:{prop.name}")
+            assert key in declared, f"no zoo entry shows that {key} can fail"
+
+
+def test_every_op_has_zoo_entries() -> None:
+    ops = {e.op for e in ENTRIES}
+    assert set(registry.op_names()) <= ops, f"ops without zoo entries: {set(registry.op_names()) - ops}"
