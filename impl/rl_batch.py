@@ -13,9 +13,9 @@ the two widths T and R that give the output shapes.
 
 from __future__ import annotations
 
+import array
 import itertools
 import logging
-import numbers
 
 import numpy as np
 import torch
@@ -74,8 +74,8 @@ def build_rl_batch(
     rows = torch.arange(batch, device=device)
     input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
     flat_ids = input_ids.view(-1)
-    _scatter_rows(flat_ids, p_flat, p_len, rows * width + start)
-    _scatter_rows(flat_ids, r_flat, r_len, rows * width + start + p_len)
+    flat_ids[_row_positions(rows * width + start, p_len, p_flat.numel())] = p_flat
+    flat_ids[_row_positions(rows * width + start + p_len, r_len, r_flat.numel())] = r_flat
     columns = torch.arange(width, device=device)
     offset = columns - start[:, None]
     real = (offset >= 0) & (offset < n_len[:, None])
@@ -89,6 +89,7 @@ def build_rl_batch(
     r_offset = r_columns - r_start[:, None]
     response_real = (r_offset >= 0) & (r_offset < r_len[:, None])
     r_base = rows * max_response + r_start
+    r_dest = None  # flat positions of all response tokens, shared by the per-token outputs
     out = {
         "input_ids": input_ids,
         "attention_mask": real.to(torch.int64),
@@ -102,8 +103,13 @@ def build_rl_batch(
                 out[key] = response_real.to(torch.float32)
             continue
         dense = torch.zeros((batch, max_response), dtype=torch.float32, device=device)
-        _scatter_rows(dense.view(-1), values.flat, r_len, r_base, values.row_mask)
-        if values.scalars is not None:
+        if values.scalars is None:
+            if r_dest is None:
+                r_dest = _row_positions(r_base, r_len, r_flat.numel())
+            dense.view(-1)[r_dest] = values.flat
+        else:
+            lengths = r_len * values.row_mask
+            dense.view(-1)[_row_positions(r_base, lengths, values.flat.numel())] = values.flat
             _place_scalar_rewards(dense, values.scalars, r_len, r_base)
         out[key] = dense
 
@@ -138,15 +144,14 @@ class _Values:
         self.flat, self.row_mask, self.scalars = flat, row_mask, scalars
 
 
-def _scatter_rows(flat_out, flat_values, row_lengths, row_base, row_mask=None):
-    """flat_out[row_base[i] + k] = value k of row i, for rows with row_mask (default: all)."""
-    if flat_values.numel() == 0:
-        return
-    lengths = row_lengths if row_mask is None else row_lengths * row_mask
-    first = torch.cumsum(lengths, 0) - lengths  # exclusive prefix sum: first flat index per row
-    dest = torch.repeat_interleave(row_base - first, lengths, output_size=flat_values.numel())
-    dest += torch.arange(flat_values.numel(), device=dest.device)
-    flat_out[dest] = flat_values
+def _row_positions(row_base, row_lengths, total):
+    """Flat output positions `row_base[i] + k` for k < row_lengths[i], rows in order.
+
+        row_base [10, 20], row_lengths [2, 3] -> [10, 11, 20, 21, 22]
+    """
+    first = torch.cumsum(row_lengths, 0) - row_lengths  # exclusive prefix sum per row
+    positions = torch.repeat_interleave(row_base - first, row_lengths, output_size=total)
+    return positions.add_(torch.arange(total, device=positions.device))
 
 
 def _place_scalar_rewards(dense, scalars, r_len, r_base):
@@ -178,25 +183,18 @@ def _flatten_tokens(rows, name, device):
     if kinds and not any(issubclass(k, torch.Tensor) for k in kinds):
         try:
             lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-            flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64,
-                               count=int(lengths.sum()))
+            # array('q') converts with __index__: a float token id is a TypeError, never
+            # truncated (numpy.fromiter would truncate 2.5 to 2 silently)
+            flat = np.frombuffer(array.array("q", itertools.chain.from_iterable(rows)),
+                                 dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
             pass  # fall through to the row-by-row conversion, which names the row
         else:
-            if _all_integral(rows, flat):
-                return (torch.from_numpy(lengths).to(device), torch.from_numpy(flat).to(device))
+            return torch.from_numpy(lengths).to(device), torch.from_numpy(flat).to(device)
     converted = [_spec._token_list(row, name, i) for i, row in enumerate(rows)]
     lengths = torch.tensor([len(r) for r in converted], dtype=torch.int64)
     flat = torch.tensor(list(itertools.chain.from_iterable(converted)), dtype=torch.int64)
     return lengths.to(device), flat.to(device)
-
-
-def _all_integral(rows, flat) -> bool:
-    """numpy.fromiter truncates floats silently; token ids must be ints (checked per row start)."""
-    for row in rows:
-        if len(row) and (not isinstance(row[0], numbers.Integral) or isinstance(row[0], bool)):
-            return False
-    return True
 
 
 def _flatten_values(values, name, r_len, device, allow_scalar=False):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import operator
 
 import torch
 from tensordict import TensorDict
@@ -149,9 +150,11 @@ def _token_list(row, name, index):
         raise TypeError(f"{name}[{index}] must be a sequence of ints, got {type(row).__name__}")
     out = []
     for value in row:
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-            raise TypeError(f"{name}[{index}] must hold ints, got {type(value).__name__}")
-        out.append(int(value))
+        try:
+            out.append(operator.index(value))  # ints and int-likes; never a truncated float
+        except TypeError:
+            raise TypeError(f"{name}[{index}] must hold integer token ids, "
+                            f"got {type(value).__name__}") from None
     return out
 
 

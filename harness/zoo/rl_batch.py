@@ -228,7 +228,7 @@ ENTRIES = [
         name="rl_batch.oracle_truncates_to_max_seq_len",
         op="rl_batch", function="build_rl_batch",
         bug="max_seq_len silently blanks the leftmost columns instead of only warning",
-        killers=("property:max_seq_len_only_warns",),
+        killers=("property:max_seq_len_only_warns", "pin:max_seq_len_never_truncates"),
         replacement=_truncate_to_max_seq_len,
         oracle=True,
     ),

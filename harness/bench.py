@@ -1,0 +1,100 @@
+"""`harness bench`: reference vs impl vs the floor, as ratios measured in one run.
+
+Each workload (see `harness.workloads`) has named variants; every variant is timed in the same
+process, interleaved round by round, and the table reports each variant's best time and its ratio
+to the floor of its input form. GPU timings synchronize the device. Ratios, not absolute times, are
+what to compare: these machines are noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from harness import workloads
+
+console = Console()
+
+WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
+    "rl_batch": workloads.rl_batch_workload,
+}
+
+
+def time_variants(workload: workloads.Workload, rounds: int, device: str,
+                  slow: tuple[str, ...] = ("reference",), progress=None) -> dict[str, float]:
+    """Best wall time per variant; slow variants (the reference) run once."""
+    best = {name: float("inf") for name in workload.variants}
+    for round_index in range(rounds):
+        for name, fn in workload.variants.items():
+            if name in slow and round_index > 0:
+                continue
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            best[name] = min(best[name], time.perf_counter() - start)
+            if progress:
+                progress()
+    return best
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def ratios(best: dict[str, float]) -> dict[str, str]:
+    """Each variant against the floor of its input form (lists or jagged/output write)."""
+    floors = {"lists": best.get("floor (lists)"), "jagged": best.get("floor (output write)")}
+    out = {}
+    for name, seconds in best.items():
+        if name.startswith("floor"):
+            out[name] = "1.00x (floor)"
+        elif "jagged" in name and floors["jagged"]:
+            out[name] = f"{seconds / floors['jagged']:.2f}x floor (output write)"
+        elif floors["lists"]:
+            out[name] = f"{seconds / floors['lists']:.2f}x floor (lists)"
+    if "reference" in best and "impl (lists)" in best:
+        out["reference"] += f"; impl (lists) is {best['reference'] / best['impl (lists)']:.0f}x faster"
+    return out
+
+
+def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False) -> int:
+    names = ops or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        console.print(f"[red]no benchmark workload for {unknown}; available: {list(WORKLOADS)}")
+        return 2
+    if device == "cuda" and not torch.cuda.is_available():
+        console.print("[red]--device cuda: no CUDA device here[/red]")
+        return 2
+    report = {}
+    rounds = 2 if quick else 7
+    for name in names:
+        kwargs = {"batch": 64} if quick else {}
+        workload = WORKLOADS[name](device=device, **kwargs)
+        total = rounds * len(workload.variants) - (rounds - 1)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"{name} ({workload.size})", total=total)
+            best = time_variants(workload, rounds, device,
+                                 progress=lambda task=task: progress.advance(task))
+        table = Table(title=f"{workload.op}.{workload.name} — {workload.size}, device={device}, "
+                            f"{workload.output_bytes / 1e6:.0f} MB of outputs")
+        table.add_column("variant")
+        table.add_column("best time", justify="right")
+        table.add_column("ratio")
+        for variant, text in ratios(best).items():
+            table.add_row(variant, f"{best[variant] * 1e3:.1f} ms", text)
+        console.print(table)
+        report[name] = {"size": workload.size, "device": device, "seconds": best,
+                        "output_bytes": workload.output_bytes}
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return 0
