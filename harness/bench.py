@@ -19,7 +19,7 @@ from rich.table import Table
 
 from harness import workloads
 
-console = Console()
+console = Console(width=None if Console().is_terminal else 140)
 
 WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "rl_batch": workloads.rl_batch_workload,

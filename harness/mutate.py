@@ -128,6 +128,9 @@ def kill_matrix(
 
 
 def _single_thread() -> None:
+    import logging
+
     import torch
 
     torch.set_num_threads(1)
+    logging.getLogger().addHandler(logging.NullHandler())  # ops' warnings are checked, not shown
