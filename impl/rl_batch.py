@@ -5,10 +5,11 @@ Inputs in any of three forms give identical outputs:
     tensors      [tensor([5, 6]), tensor([7])]        concatenated with torch.cat
     jagged       NJT(values=[5, 6, 7], offsets=[0, 2, 3])   used as is, on its device
 
-Every output is computed on the target device from per-row lengths: the real tokens of row i go to
-the flat positions `i*T + start_i + k` with one index write, masks and positions are broadcast
-comparisons against per-row starts — no per-token Python loop, no host round trip besides reading
-the two widths T and R that give the output shapes.
+Every output is computed on the target device from per-row lengths: masks and positions are
+broadcast comparisons against per-row starts, and the flat tokens / values are written with one
+`masked_scatter_` each (a boolean mask visits positions in row-major order, which is exactly the
+order of the flattened inputs) — no per-token Python loop, no host round trip besides reading the
+widths that give the output shapes.
 """
 
 from __future__ import annotations
@@ -69,30 +70,26 @@ def build_rl_batch(
         logger.warning("batch sequence width %d exceeds max_seq_len %d (not truncated)",
                        width, max_seq_len)
 
-    # sequence tensors: row i holds its n_i real tokens from column start_i on
+    # sequence tensors: row i holds prompt_i then response_i from column start_i on; a boolean
+    # mask selects positions in row-major order, which is the order of the flat inputs
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
-    rows = torch.arange(batch, device=device)
+    offset = torch.arange(width, device=device) - start[:, None]
+    prompt_part = (offset >= 0) & (offset < p_len[:, None])
+    response_part = (offset >= p_len[:, None]) & (offset < n_len[:, None])
     input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
-    flat_ids = input_ids.view(-1)
-    flat_ids[_row_positions(rows * width + start, p_len, p_flat.numel())] = p_flat
-    flat_ids[_row_positions(rows * width + start + p_len, r_len, r_flat.numel())] = r_flat
-    columns = torch.arange(width, device=device)
-    offset = columns - start[:, None]
-    real = (offset >= 0) & (offset < n_len[:, None])
+    input_ids.masked_scatter_(prompt_part, p_flat)
+    input_ids.masked_scatter_(response_part, r_flat)
     position_ids = offset.clamp_(min=0)
     if layout == "two_segment":  # right padding repeats the last real position
         position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
 
     # response tensors: right-aligned (left layout) or left-aligned (two_segment)
     r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
-    r_columns = torch.arange(max_response, device=device)
-    r_offset = r_columns - r_start[:, None]
+    r_offset = torch.arange(max_response, device=device) - r_start[:, None]
     response_real = (r_offset >= 0) & (r_offset < r_len[:, None])
-    r_base = rows * max_response + r_start
-    r_dest = None  # flat positions of all response tokens, shared by the per-token outputs
     out = {
         "input_ids": input_ids,
-        "attention_mask": real.to(torch.int64),
+        "attention_mask": (prompt_part | response_part).to(torch.int64),
         "position_ids": position_ids,
         "response_mask": response_real.to(torch.int64),
     }
@@ -104,13 +101,10 @@ def build_rl_batch(
             continue
         dense = torch.zeros((batch, max_response), dtype=torch.float32, device=device)
         if values.scalars is None:
-            if r_dest is None:
-                r_dest = _row_positions(r_base, r_len, r_flat.numel())
-            dense.view(-1)[r_dest] = values.flat
-        else:
-            lengths = r_len * values.row_mask
-            dense.view(-1)[_row_positions(r_base, lengths, values.flat.numel())] = values.flat
-            _place_scalar_rewards(dense, values.scalars, r_len, r_base)
+            dense.masked_scatter_(response_real, values.flat)
+        else:  # rows given as scalars hold no per-token values
+            dense.masked_scatter_(response_real & values.row_mask.bool()[:, None], values.flat)
+            _place_scalar_rewards(dense, values.scalars, r_len, r_start)
         out[key] = dense
 
     td = TensorDict(out, batch_size=[batch], device=None)
@@ -144,21 +138,14 @@ class _Values:
         self.flat, self.row_mask, self.scalars = flat, row_mask, scalars
 
 
-def _row_positions(row_base, row_lengths, total):
-    """Flat output positions `row_base[i] + k` for k < row_lengths[i], rows in order.
-
-        row_base [10, 20], row_lengths [2, 3] -> [10, 11, 20, 21, 22]
-    """
-    first = torch.cumsum(row_lengths, 0) - row_lengths  # exclusive prefix sum per row
-    positions = torch.repeat_interleave(row_base - first, row_lengths, output_size=total)
-    return positions.add_(torch.arange(total, device=positions.device))
-
-
-def _place_scalar_rewards(dense, scalars, r_len, r_base):
+def _place_scalar_rewards(dense, scalars, r_len, r_start):
     """A scalar reward sits on the row's last response token; nothing when r_i == 0."""
     is_scalar, value = scalars
-    rows = is_scalar & (r_len > 0)
-    dense.view(-1)[(r_base + r_len - 1)[rows]] = value[rows]
+    if dense.shape[1] == 0:
+        return
+    rows = torch.arange(dense.shape[0], device=dense.device)
+    last = (r_start + r_len - 1).clamp(min=0)  # no host sync: every row writes, most unchanged
+    dense[rows, last] = torch.where(is_scalar & (r_len > 0), value, dense[rows, last])
 
 
 def _flatten_tokens(rows, name, device):
