@@ -180,7 +180,8 @@ def mutate(args) -> int:
     if args.mutmut:
         from harness import mutmut_driver
 
-        return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants)
+        return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
+                                  json_path=args.json)
     from harness.mutate import kill_matrix
     from harness.zoo import all_entries
 

@@ -131,11 +131,11 @@ def response_values(values, response_mask) -> list[torch.Tensor]:
     return out
 
 
-def _rows(rows, name):
+def _rows(rows, name, what="a sequence of token sequences"):
     if isinstance(rows, torch.Tensor) and rows.is_nested:
         return list(rows.unbind())
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
-        raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
+        raise TypeError(f"{name} must be {what}, got {type(rows).__name__}")
     return list(rows)
 
 
@@ -162,7 +162,7 @@ def _per_token_values(values, name, response_lengths, allow_scalar=False):
     """One float list per sample (or one float, for a scalar reward), checked against r_i."""
     if values is None:
         return None
-    values = _rows(values, name)
+    values = _rows(values, name, "a list with one entry per sample")
     if len(values) != len(response_lengths):
         raise ValueError(f"{name} must have one entry per sample: got {len(values)} entries "
                          f"for {len(response_lengths)} samples")

@@ -1,0 +1,481 @@
+"""`harness mutate --mutmut`: mutmut 3 over `impl/`, scoped to ops or to functions changed since a
+git revision, with a guard against runs that are vacuously green.
+
+How a run goes::
+
+    repo/  ──copy harness/ impl/ reference/ tests/ pyproject.toml──▶  $TMP/batchproof-mutmut-*/
+                                                                       pyproject.toml += [tool.mutmut]
+    $TMP/...$ mutmut run --max-children 2 [impl.<op>.x_<function>__mutmut_* ...]
+    $TMP/.../mutants/impl/<op>.py.meta  ──▶  score, survivors (with their diffs)  ──▶  rm -r $TMP
+
+mutmut 3 reads its configuration only from `[tool.mutmut]` in `./pyproject.toml` (or `[mutmut]` in
+`./setup.cfg`) and writes `./mutants/`; running it in a throw-away copy keeps the configuration
+next to the code that drives it and leaves the working tree untouched.
+
+What is mutated: only `impl/` (never `reference/` or `harness/`, which are copied unmutated so
+the tests can import them), restricted by `only_mutate` to `impl/<op>.py` for each `--op`.
+What kills a mutant: the registry checks of the op (`tests/test_registry.py`) and the extra
+killers in `tests/test_mutation_kills.py`, selected with `-k <op>`, under the `mutation`
+Hypothesis profile (derandomized, 25 examples, no shrinking). mutmut runs, for each mutant, only
+the tests that called the mutated function in its coverage pass. No `-n`: mutmut forks its own
+workers (at most `--max-children`, default 2), each with one torch thread.
+
+Exit status: 0 when every mutant was killed or is a documented equivalent (`EQUIVALENT`),
+1 when a mutant survived, 2 when the run is not trustworthy (too few mutants, mutmut failed,
+mutants left unchecked or without tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+IMPL = "impl"
+COPIED = ("harness", "impl", "reference", "tests", "pyproject.toml")
+TEST_FILES = ("tests/test_registry.py", "tests/test_mutation_kills.py")
+CLASS_SEPARATOR = "ǁ"  # mutmut's mangling of methods: x<sep>Class<sep>method
+MAX_CHILDREN = 2
+
+# mutmut exit codes → what they mean for the score (mutmut.stats.status_by_exit_code)
+KILLED = {1: "killed", 3: "killed", 36: "timeout", 24: "timeout", -24: "timeout",
+          152: "timeout", 255: "timeout", -11: "segfault", -9: "segfault"}
+SURVIVED = {0: "survived", 35: "suspicious"}
+UNTESTED = {None: "not checked", 5: "no tests", 33: "no tests", 34: "skipped",
+            2: "interrupted", 37: "caught by type check"}
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """Surviving mutants no CPU test can kill, because they do not change what a CPU user sees.
+
+    Matched by file, function (`*`: any) and regular expressions searched in the diff's removed
+    (`original`) and added (`mutated`) lines — stable across renumbering, unlike mutant names.
+    """
+
+    path: str
+    function: str
+    original: str
+    mutated: str
+    reason: str
+
+    def matches(self, mutant: Mutant) -> bool:
+        removed, added = _diff_sides(mutant.diff)
+        return (self.path == mutant.path and self.function in ("*", mutant.function)
+                and re.search(self.original, removed) is not None
+                and re.search(self.mutated, added) is not None)
+
+
+_ON_CPU = ("CPU-equivalent: the tensor is created on (or moved to) the default device, which is "
+           "the target device on CPU; killed on CUDA by tests/test_registry.py::test_impl_on_cuda "
+           "(gpu marker), not run on this machine")
+_NO_DEVICE = r"^(?!.*\bdevice\b)"
+
+# The survivors of `harness mutate --mutmut --op rl_batch` that no test can kill on CPU, with why
+# (mirrored in docs/mutation.md). Anything else that survives fails the run.
+EQUIVALENT: tuple[Equivalent, ...] = (
+    Equivalent("impl/rl_batch.py", "*", r"device=|\.to\(device", r"device=None|\.to\(None\)",
+               _ON_CPU),
+    Equivalent("impl/rl_batch.py", "*", r"device=", _NO_DEVICE, _ON_CPU),
+    Equivalent("impl/rl_batch.py", "_flatten_mixed", r"^row_mask = torch\.tensor\(",
+               r"^row_mask = torch\.tensor\((?!.*dtype=torch\.int64)",
+               "row_mask is only read as row_mask.bool(): a bool or int64 tensor gives the same mask"),
+    Equivalent("impl/rl_batch.py", "_flatten_mixed", r"else 0\.0 for row", r"else 1\.0 for row",
+               "the filler value of non-scalar rows is never read: torch.where keeps `dense` "
+               "there (is_scalar is False)"),
+    Equivalent("impl/rl_batch.py", "*", r"np\.fromiter\(|count=", r"np\.fromiter\(None|count=None",
+               "numpy fast path: fromiter(None) raises TypeError, which falls back to the row-by-row "
+               "path (same values, same errors); count= is only a preallocation hint"),
+    Equivalent("impl/rl_batch.py", "_flatten_values", r"^kinds = set", r"^kinds = None$",
+               "skips only the numpy fast path: _flatten_mixed gives the same values and the same "
+               "errors, slower (a performance mutant; benchmarks/bench_rl_batch.py sees it)"),
+)
+
+
+@dataclass
+class Mutant:
+    name: str
+    path: str
+    function: str
+    status: str
+    diff: str = ""
+    equivalent: str = ""  # the reason, when documented as equivalent
+
+
+@dataclass
+class Report:
+    scope: list[str]
+    patterns: list[str]
+    mutants: list[Mutant] = field(default_factory=list)
+    seconds: float = 0.0
+    command: str = ""
+
+    def count(self, statuses: Iterable[str]) -> int:
+        wanted = set(statuses)
+        return sum(m.status in wanted for m in self.mutants)
+
+    @property
+    def killed(self) -> int:
+        return self.count(KILLED.values())
+
+    @property
+    def survivors(self) -> list[Mutant]:
+        return [m for m in self.mutants if m.status in SURVIVED.values()]
+
+    @property
+    def untested(self) -> list[Mutant]:
+        return [m for m in self.mutants if m.status in UNTESTED.values()]
+
+    @property
+    def equivalent(self) -> list[Mutant]:
+        return [m for m in self.survivors if m.equivalent]
+
+    @property
+    def score(self) -> float:
+        """Killed / non-equivalent mutants (untested ones count as not killed)."""
+        relevant = len(self.mutants) - len(self.equivalent)
+        return self.killed / relevant if relevant else 0.0
+
+
+# --------------------------------------------------------------------------- scope
+
+
+def op_files(ops: Sequence[str] | None, root: Path = REPO) -> list[str]:
+    """`impl/<op>.py` for each op (default: every module of `impl/`)."""
+    if ops:
+        paths = [f"{IMPL}/{op.split('.')[0]}.py" for op in ops]
+        missing = [p for p in paths if not (root / p).is_file()]
+        if missing:
+            raise SystemExit(f"no such file: {', '.join(missing)}")
+        return list(dict.fromkeys(paths))
+    return sorted(str(p.relative_to(root)) for p in (root / IMPL).glob("*.py")
+                  if p.name != "__init__.py")
+
+
+def mangled(function: str, cls: str | None = None) -> str:
+    """mutmut's name of a function (`x_f`) or method (`xǁCǁf`)."""
+    return f"x{CLASS_SEPARATOR}{cls}{CLASS_SEPARATOR}{function}" if cls else f"x_{function}"
+
+
+def module_of(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".")
+
+
+def functions_touching(source: str, lines: set[int] | None) -> list[str]:
+    """Mangled names of the top-level functions and methods whose span meets `lines`
+    (None: every function)."""
+
+    def hit(node: ast.AST) -> bool:
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        return lines is None or any(first <= n <= node.end_lineno for n in lines)
+
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and hit(node):
+            names.append(mangled(node.name))
+        elif isinstance(node, ast.ClassDef):
+            names += [mangled(f.name, node.name) for f in node.body
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and hit(f)]
+    return names
+
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", re.MULTILINE)
+
+
+def changed_lines(diff: str) -> set[int]:
+    """New-file line numbers touched by a `git diff -U0` of one file (a pure deletion touches the
+    lines on both sides of it)."""
+    lines: set[int] = set()
+    for match in _HUNK.finditer(diff):
+        start, count = int(match[1]), int(match[2] or 1)
+        lines |= set(range(start, start + count)) if count else {start, start + 1}
+    return lines
+
+
+def _git(*args: str, root: Path = REPO) -> str:
+    result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def changed_functions(since: str, paths: Sequence[str], root: Path = REPO) -> dict[str, list[str]]:
+    """path → mangled names of the functions changed since `since` (committed, staged, unstaged
+    and untracked changes alike)."""
+    untracked = set(_git("ls-files", "--others", "--exclude-standard", "--", *paths,
+                         root=root).split())
+    out = {}
+    for path in paths:
+        file = root / path
+        if not file.is_file():
+            continue
+        source = file.read_text()
+        if path in untracked:
+            names = functions_touching(source, None)
+        else:
+            diff = _git("diff", "-U0", since, "--", path, root=root)
+            names = functions_touching(source, changed_lines(diff)) if diff else []
+        if names:
+            out[path] = names
+    return out
+
+
+def patterns_for(functions: dict[str, list[str]]) -> list[str]:
+    """mutmut mutant-name globs for the given functions."""
+    return [f"{module_of(path)}.{name}__mutmut_*"
+            for path, names in functions.items() for name in names]
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def mutmut_config(paths: Sequence[str], ops: Sequence[str] | None) -> dict:
+    """The `[tool.mutmut]` table of a run (see docs/mutation.md)."""
+    selection = [t for t in TEST_FILES if (REPO / t).is_file()]
+    if ops:
+        selection += ["-k", " or ".join(op.split(".")[0] for op in ops)]
+    return {
+        "source_paths": [f"{IMPL}/"],
+        "only_mutate": list(paths),
+        "also_copy": ["harness/", "reference/"],
+        "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider",
+                                "-p", "no:benchmark", "--hypothesis-profile=mutation"],
+        "pytest_add_cli_args_test_selection": selection,
+        "use_git_change_detection": False,
+        "track_dependencies": False,
+    }
+
+
+def toml_table(table: dict) -> str:
+    lines = ["[tool.mutmut]"]
+    for key, value in table.items():
+        lines.append(f"{key} = {json.dumps(value, ensure_ascii=False)}")
+    return "\n".join(lines) + "\n"
+
+
+def prepare_workdir(config: dict, root: Path = REPO) -> Path:
+    """A throw-away copy of the project with `[tool.mutmut]` appended to its pyproject.toml."""
+    workdir = Path(tempfile.mkdtemp(prefix="batchproof-mutmut-"))
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
+    for name in COPIED:
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, workdir / name, ignore=ignore)
+        elif source.is_file():
+            shutil.copy2(source, workdir / name)
+    pyproject = workdir / "pyproject.toml"
+    text = pyproject.read_text() if pyproject.exists() else ""
+    if "[tool.mutmut]" in text:
+        raise SystemExit("pyproject.toml already has [tool.mutmut]; the driver owns that table")
+    pyproject.write_text(text.rstrip() + "\n\n" + toml_table(config))
+    return workdir
+
+
+def mutmut_env() -> dict[str, str]:
+    env = dict(os.environ, HYPOTHESIS_PROFILE="mutation", OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+def _mutmut(args: Sequence[str], workdir: Path, capture: bool = False):
+    """Run the mutmut CLI in `workdir` (imported, so `mutmut.__main__` is what it expects), in its
+    own process group so that an interrupted run takes mutmut's forked workers down with it."""
+    code = "import sys; from mutmut.__main__ import cli; cli(sys.argv[1:])"
+    output = subprocess.PIPE if capture else None
+    with subprocess.Popen([sys.executable, "-c", code, *args], cwd=workdir, env=mutmut_env(),
+                          stdout=output, stderr=output, text=True,
+                          start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate()
+        except BaseException:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def read_results(workdir: Path, paths: Sequence[str], patterns: Sequence[str]) -> list[Mutant]:
+    """Mutants of `paths` (filtered by `patterns`) from mutmut's meta files."""
+    import fnmatch
+
+    out = []
+    for path in paths:
+        meta = workdir / "mutants" / f"{path}.meta"
+        if not meta.exists():
+            continue
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        for name, code in codes.items():
+            if patterns and not any(fnmatch.fnmatch(name, p) for p in patterns):
+                continue
+            status = {**KILLED, **SURVIVED, **UNTESTED}.get(code, "suspicious")
+            out.append(Mutant(name, path, function_of(name), status))
+    return sorted(out, key=lambda m: (m.path, m.function, _number(m.name)))
+
+
+def function_of(name: str) -> str:
+    """`impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3` → `_Values.__init__`."""
+    mangled_name = name.partition("__mutmut_")[0].rpartition(".")[2]
+    if mangled_name.startswith("x" + CLASS_SEPARATOR):
+        _, cls, function = mangled_name.split(CLASS_SEPARATOR)
+        return f"{cls}.{function}"
+    return mangled_name[2:]
+
+
+def _number(name: str) -> int:
+    return int(name.rpartition("__mutmut_")[2] or 0)
+
+
+def _diff_sides(diff: str) -> tuple[str, str]:
+    """(removed lines, added lines) of a mutant's diff, each joined into one line."""
+    lines = [line for line in diff.splitlines() if not line.startswith(("---", "+++"))]
+    return tuple(" ".join(line[1:].strip() for line in lines if line.startswith(sign))
+                 for sign in "-+")
+
+
+def attach_diffs(mutants: Sequence[Mutant], workdir: Path) -> None:
+    for mutant in mutants:
+        shown = _mutmut(["show", mutant.name], workdir, capture=True)
+        mutant.diff = "\n".join(line for line in shown.stdout.splitlines()
+                                if line.startswith(("-", "+")) and not line.startswith(
+                                    ("---", "+++")))
+        known = next((k for k in EQUIVALENT if k.matches(mutant)), None)
+        mutant.equivalent = known.reason if known else ""
+
+
+# --------------------------------------------------------------------------- report
+
+
+def print_report(report: Report, min_mutants: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"mutmut over {', '.join(report.scope)}")
+    for column in ("function", "mutants", "killed", "survived", "equivalent", "untested"):
+        table.add_column(column, justify="left" if column == "function" else "right")
+    for function in dict.fromkeys(f"{m.path}:{m.function}" for m in report.mutants):
+        rows = [m for m in report.mutants if f"{m.path}:{m.function}" == function]
+        survived = [m for m in rows if m.status in SURVIVED.values()]
+        table.add_row(function, str(len(rows)),
+                      str(sum(m.status in KILLED.values() for m in rows)),
+                      str(sum(not m.equivalent for m in survived)),
+                      str(sum(bool(m.equivalent) for m in survived)),
+                      str(sum(m.status in UNTESTED.values() for m in rows)))
+    console.print(table)
+    for mutant in report.survivors:
+        label = "equivalent" if mutant.equivalent else "SURVIVED"
+        console.rule(f"{label}: {mutant.name}")
+        console.print(mutant.diff, markup=False, highlight=False)
+        if mutant.equivalent:
+            console.print(f"  reason: {mutant.equivalent}", markup=False, highlight=False)
+    for mutant in report.untested:
+        console.print(f"[red]{mutant.status}[/red]: {mutant.name}", highlight=False)
+    relevant = len(report.mutants) - len(report.equivalent)
+    console.print(
+        f"{len(report.mutants)} mutants, {report.killed} killed, "
+        f"{len(report.survivors) - len(report.equivalent)} survived, "
+        f"{len(report.equivalent)} equivalent, {len(report.untested)} untested: "
+        f"kill rate {100 * report.score:.1f}% of {relevant} non-equivalent mutants "
+        f"in {report.seconds:.0f}s (guard: at least {min_mutants} mutants)")
+
+
+def verdict(report: Report, min_mutants: int, since: str | None) -> int:
+    if len(report.mutants) < min_mutants and not since:
+        print(f"error: only {len(report.mutants)} mutants (< --min-mutants {min_mutants}): "
+              "the run is misconfigured, its score means nothing", file=sys.stderr)
+        return 2
+    if not report.mutants or report.untested:
+        print("error: mutants were left unchecked or without a covering test", file=sys.stderr)
+        return 2
+    return 1 if len(report.survivors) > len(report.equivalent) else 0
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants: int = 20,
+         max_children: int = MAX_CHILDREN, json_path: str | None = None,
+         keep: bool = False) -> int:
+    """Run mutmut over `impl/<op>.py` for each op (default: all of `impl/`), restricted to the
+    functions changed since `since` when given; print the score and the survivors."""
+    paths = op_files(ops)
+    patterns: list[str] = []
+    if since:
+        changed = changed_functions(since, paths)
+        if not changed:
+            print(f"no function of {', '.join(paths)} changed since {since}: nothing to mutate")
+            return 0
+        paths, patterns = list(changed), patterns_for(changed)
+        print("functions changed since", since + ":",
+              ", ".join(f"{p}:{n}" for p, names in changed.items() for n in names))
+    workdir = prepare_workdir(mutmut_config(paths, ops))
+    _exit_on_sigterm()
+    args = ["run", "--max-children", str(max_children), *patterns]
+    report = Report(scope=paths, patterns=patterns,
+                    command=f"mutmut {' '.join(args)}  (in {workdir})")
+    try:
+        started = time.perf_counter()
+        completed = _mutmut(args, workdir)
+        report.seconds = time.perf_counter() - started
+        report.mutants = read_results(workdir, paths, patterns)
+        if completed.returncode != 0:
+            print(f"error: mutmut exited with {completed.returncode}", file=sys.stderr)
+            return 2
+        total = len(report.mutants)
+        if total < min_mutants and not since:
+            print(f"error: mutmut generated {total} mutants for {paths}, fewer than "
+                  f"--min-mutants {min_mutants}: misconfigured run", file=sys.stderr)
+            return 2
+        attach_diffs(report.survivors, workdir)
+        print_report(report, min_mutants)
+        if json_path:
+            Path(json_path).write_text(json.dumps(
+                {**asdict(report), "killed": report.killed, "score": report.score}, indent=2))
+        return verdict(report, min_mutants, since)
+    finally:
+        if keep:
+            print(f"mutmut work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exit_on_sigterm() -> None:
+    """A SIGTERM (CI cancel, `timeout`) unwinds through `finally`: mutmut's process group is
+    killed and the work directory removed."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness.mutmut_driver",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", action="append")
+    parser.add_argument("--since", help="only functions changed since this git revision")
+    parser.add_argument("--min-mutants", type=int, default=20)
+    parser.add_argument("--max-children", type=int, default=MAX_CHILDREN)
+    parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--keep", action="store_true", help="keep mutmut's work directory")
+    return parser
+
+
+if __name__ == "__main__":
+    a = build_parser().parse_args()
+    sys.exit(main(ops=a.op, since=a.since, min_mutants=a.min_mutants,
+                  max_children=a.max_children, json_path=a.json, keep=a.keep))

@@ -1,0 +1,184 @@
+"""The mutmut driver's scoping, configuration and scoring (mutmut itself is not run here: a real
+run takes minutes; `harness mutate --mutmut --op rl_batch` is measured in docs/mutation.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from harness import mutmut_driver as driver
+from harness.mutmut_driver import Equivalent, Mutant, Report
+
+SOURCE = textwrap.dedent('''\
+    import torch
+
+
+    def first(x):
+        return x + 1
+
+
+    @staticmethod
+    def second(x):
+        return x - 1
+
+
+    class Holder:
+        def __init__(self, value):
+            self.value = value
+
+        def get(self):
+            return self.value
+    ''')
+
+
+def test_functions_touching_maps_lines_to_mangled_names() -> None:
+    assert driver.functions_touching(SOURCE, {5}) == ["x_first"]
+    assert driver.functions_touching(SOURCE, {8}) == ["x_second"]  # the decorator line counts
+    assert driver.functions_touching(SOURCE, {15, 18}) == ["xǁHolderǁ__init__", "xǁHolderǁget"]
+    assert driver.functions_touching(SOURCE, {1, 2, 13}) == []
+    assert len(driver.functions_touching(SOURCE, None)) == 4
+
+
+def test_changed_lines_reads_unified_zero_hunks() -> None:
+    diff = textwrap.dedent("""\
+        diff --git a/impl/x.py b/impl/x.py
+        @@ -3 +3 @@ def a():
+        @@ -10,2 +10,3 @@ def b():
+        @@ -20,4 +21,0 @@ def c():
+        """)
+    assert driver.changed_lines(diff) == {3, 10, 11, 12, 21, 22}
+
+
+def test_changed_functions_since_a_revision(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "impl").mkdir()
+    (tmp_path / "impl" / "op.py").write_text(SOURCE)
+    git("init", "-q")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "0")
+    git("add", "impl/op.py")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "1")
+    (tmp_path / "impl" / "op.py").write_text(SOURCE.replace("x - 1", "x - 2"))
+    (tmp_path / "impl" / "new.py").write_text("def fresh():\n    return 0\n")
+    paths = ["impl/op.py", "impl/new.py"]
+    changed = driver.changed_functions("HEAD", paths, root=tmp_path)
+    assert changed == {"impl/op.py": ["x_second"], "impl/new.py": ["x_fresh"]}
+    assert driver.changed_functions("HEAD", ["impl/op.py"], root=tmp_path)["impl/op.py"] == [
+        "x_second"]
+    assert driver.patterns_for(changed) == ["impl.op.x_second__mutmut_*",
+                                            "impl.new.x_fresh__mutmut_*"]
+    git("add", "-A")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "2")
+    assert driver.changed_functions("HEAD", paths, root=tmp_path) == {}
+
+
+def test_op_files_default_to_every_impl_module_and_reject_unknown_ops() -> None:
+    every = driver.op_files(None)
+    assert "impl/rl_batch.py" in every and "impl/__init__.py" not in every
+    assert driver.op_files(["rl_batch", "rl_batch.build_rl_batch"]) == ["impl/rl_batch.py"]
+    with pytest.raises(SystemExit, match="impl/no_such_op.py"):
+        driver.op_files(["no_such_op"])
+
+
+def test_config_mutates_only_impl_and_runs_the_ops_registry_checks() -> None:
+    config = driver.mutmut_config(["impl/rl_batch.py"], ["rl_batch"])
+    assert config["source_paths"] == ["impl/"]
+    assert config["only_mutate"] == ["impl/rl_batch.py"]
+    selection = config["pytest_add_cli_args_test_selection"]
+    assert "tests/test_registry.py" in selection and selection[-2:] == ["-k", "rl_batch"]
+    assert "--hypothesis-profile=mutation" in config["pytest_add_cli_args"]
+    assert not any(arg.startswith("-n") for arg in config["pytest_add_cli_args"])
+    parsed = tomllib.loads(driver.toml_table(config))["tool"]["mutmut"]
+    assert parsed == config
+
+
+def test_workdir_is_a_copy_with_the_config_and_the_repo_is_untouched() -> None:
+    before = (driver.REPO / "pyproject.toml").read_text()
+    workdir = driver.prepare_workdir(driver.mutmut_config(["impl/rl_batch.py"], ["rl_batch"]))
+    try:
+        text = (workdir / "pyproject.toml").read_text()
+        assert tomllib.loads(text)["tool"]["mutmut"]["only_mutate"] == ["impl/rl_batch.py"]
+        assert (workdir / "impl" / "rl_batch.py").is_file()
+        assert (workdir / "tests" / "test_registry.py").is_file()
+        assert driver.REPO not in workdir.parents
+    finally:
+        import shutil
+
+        shutil.rmtree(workdir)
+    assert (driver.REPO / "pyproject.toml").read_text() == before
+
+
+def test_function_of_and_diff_sides() -> None:
+    assert driver.function_of("impl.rl_batch.x_build_rl_batch__mutmut_12") == "build_rl_batch"
+    assert driver.function_of("impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3") == "_Values.__init__"
+    diff = "--- a\n+++ b\n-    x = a + b\n+    x = a - b\n"
+    assert driver._diff_sides(diff) == ("x = a + b", "x = a - b")
+
+
+def _report(*statuses: str, equivalent: int = 0) -> Report:
+    mutants = [Mutant(f"impl.op.x_f__mutmut_{i}", "impl/op.py", "f", s)
+               for i, s in enumerate(statuses, 1)]
+    for mutant in [m for m in mutants if m.status == "survived"][:equivalent]:
+        mutant.equivalent = "same behaviour"
+    return Report(scope=["impl/op.py"], patterns=[], mutants=mutants)
+
+
+def test_verdict_and_score() -> None:
+    all_killed = _report(*["killed"] * 20)
+    assert all_killed.score == 1.0 and driver.verdict(all_killed, 20, None) == 0
+    one_survivor = _report(*["killed"] * 19, "survived")
+    assert one_survivor.score == 0.95 and driver.verdict(one_survivor, 20, None) == 1
+    documented = _report(*["killed"] * 19, "survived", equivalent=1)
+    assert documented.score == 1.0 and driver.verdict(documented, 20, None) == 0
+    timeouts_kill = _report(*["killed"] * 19, "timeout")
+    assert timeouts_kill.score == 1.0
+
+
+def test_guard_refuses_vacuous_runs() -> None:
+    """Too few mutants, mutants nobody tested, or none at all: not a 100% score but an error."""
+    assert driver.verdict(_report(*["killed"] * 5), 20, None) == 2
+    assert driver.verdict(_report(*["killed"] * 5), 20, "origin/main") == 0  # a small diff
+    untested = _report(*["killed"] * 20, "no tests")
+    assert untested.score < 1.0 and driver.verdict(untested, 20, None) == 2
+    assert driver.verdict(_report(), 0, "origin/main") == 2
+
+
+def test_equivalents_are_matched_by_function_and_diff(monkeypatch) -> None:
+    monkeypatch.setattr(driver, "EQUIVALENT", (
+        Equivalent("impl/op.py", "f", r"a \+ b", r"a - b", "b == 0 always"),
+        Equivalent("impl/op.py", "*", r"device=device", r"^(?!.*device)", "CPU"),))
+    shown = {
+        "impl.op.x_f__mutmut_1": "-    x = a + b\n+    x = a - b\n",
+        "impl.op.x_g__mutmut_1": "-    x = a + b\n+    x = a - b\n",  # other function
+        "impl.op.x_g__mutmut_2": "-    t = zeros(2, device=device)\n+    t = zeros(2, )\n",
+        "impl.op.x_g__mutmut_3": "-    t = zeros(2, device=device)\n"
+                                 "+    t = zeros(None, device=device)\n",
+    }
+    mutants = [Mutant(name, "impl/op.py", driver.function_of(name), "survived") for name in shown]
+    monkeypatch.setattr(driver, "_mutmut", lambda args, *a, **k: subprocess.CompletedProcess(
+        args, 0, stdout=f"# {args[1]}: survived\n--- a\n+++ b\n{shown[args[1]]}"))
+    driver.attach_diffs(mutants, Path("."))
+    assert [m.equivalent for m in mutants] == ["b == 0 always", "", "CPU", ""]
+
+
+def test_every_documented_equivalent_names_a_real_function() -> None:
+    """An EQUIVALENT entry whose function vanished would silently stop matching."""
+    for known in driver.EQUIVALENT:
+        source = (driver.REPO / known.path).read_text()
+        names = {driver.function_of(f"m.{name}__mutmut_1")
+                 for name in driver.functions_touching(source, None)}
+        assert known.function == "*" or known.function in names, known
+
+
+def test_cli_entry_point_parses() -> None:
+    args = driver.build_parser().parse_args(["--op", "rl_batch", "--since", "HEAD~1"])
+    assert args.op == ["rl_batch"] and args.since == "HEAD~1" and args.min_mutants == 20
