@@ -103,6 +103,7 @@ def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: st
             picture=info.picture,
             describe_row=_row_describer(info, case),
             reproduce=f"{info.name}(*case) with input form {form_name!r}",
+            case=case,
         )
         try:
             assert_identical(before, (formed.args, dict(formed.kwargs)))

@@ -54,6 +54,7 @@ def assert_identical(
     picture: Picture | None = None,
     describe_row: RowInfo | None = None,
     reproduce: str = "",
+    case: Any = None,  # the drawn call; tolerance comparators read masks and dtypes from it
 ) -> None:
     """Raise `Mismatch` unless `actual` is exactly `expected` (see the module docstring)."""
     problem = _first_difference(expected, actual, "", allow_device)

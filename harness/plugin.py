@@ -2,7 +2,8 @@
 
 - registers and loads the Hypothesis profiles (`harness.profiles`);
 - `gpu` marker: such tests are skipped cleanly when CUDA is not available;
-- under pytest-xdist each worker uses one intra-op thread, so `-n auto` does not oversubscribe.
+- one intra-op torch thread per process (per xdist worker under `-n auto`), unless
+  `OMP_NUM_THREADS` is set: the tensors under test are tiny, threads only add contention.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: long-running; still part of the default suite")
     chosen = config.getoption("hypothesis_profile", default=None)
     profiles.load(chosen or profiles.default_profile())
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    # tiny tensors: intra-op threads only add contention (2 threads made the model checks ~10x
+    # slower without xdist on a 2-core machine); set OMP_NUM_THREADS to choose otherwise
+    if os.environ.get("PYTEST_XDIST_WORKER") or not os.environ.get("OMP_NUM_THREADS"):
         import torch
 
         torch.set_num_threads(1)

@@ -1,0 +1,188 @@
+"""Adapters: check a third-party function against an op's contract (`harness check`).
+
+An adapter maps a framework's function onto one registry record: it wraps the function so that the
+wrapper takes the op's contract arguments and returns the op's contract output, says which inputs
+and input forms the function supports, which contract outputs it does not produce, and lists its
+known, documented divergences, each with a predicate on the input case saying when it applies.
+
+    Adapter(
+        name="skyrl.rl_batch", framework="skyrl", record="rl_batch.build_rl_batch",
+        target="skyrl.train.dataset.preprocess:convert_prompts_responses_to_batch_tensors",
+        wrap=to_contract,                      # third-party function -> contract callable
+        known=[KnownDivergence("per_token_length_unchecked", applies=..., doc=...)],
+    )
+
+`harness check` runs the record's checks on `adapter.wrap(function)` with every input that a known
+divergence applies to set aside (filtered out of the strategies and the pins, counted, and re-run
+once to confirm the divergence is still there), so Hypothesis keeps searching for *new* ones. A new
+divergence is shrunk and printed with its layout picture; only new ones make the exit status non-0.
+
+The framework modules (`harness.adapters.skyrl`, `harness.adapters.verl`) register their adapters
+on import without importing the framework; the framework is imported when an adapter is loaded
+(`pip install -e .[frameworks]`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from harness.registry import BadCase, Candidate, Case
+
+FRAMEWORK_MODULES = ("skyrl", "verl")
+
+
+def _always(case: Case) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class KnownDivergence:
+    """A documented difference between a framework function and the op's contract.
+
+    applies: predicate on the input case (for an invalid input, on `BadCase.case`) that is true
+    exactly when the divergence can show; such inputs are set aside by `harness check`.
+    kind: `"valid"` (a valid input where the output differs or an exception escapes), `"errors"`
+    (an invalid input that is accepted or raises another exception type), or `"both"`.
+    """
+
+    name: str
+    applies: Callable[[Case], bool]
+    doc: str
+    kind: str = "both"
+    upstream: str = ""  # where the framework's code or discussion lives
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("valid", "errors", "both"):
+            raise ValueError(f"KnownDivergence.kind must be valid/errors/both, got {self.kind!r}")
+
+    def concerns(self, kind: str) -> bool:
+        """Whether it can show on `"valid"` inputs or on `"errors"` (invalid) inputs."""
+        return self.kind in ("both", kind)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How one third-party function meets one registry record (see the module docstring)."""
+
+    name: str
+    framework: str
+    record: str
+    target: str  # "module:function" of the third-party function
+    wrap: Callable[[Callable[..., Any]], Candidate]
+    doc: str = ""
+    distribution: str | None = None  # the PyPI distribution whose version is reported
+    devices: tuple[str, ...] = ("cpu",)
+    dtypes: tuple[torch.dtype, ...] = ()
+    forms: tuple[str, ...] | None = ("lists",)  # the record's input forms it accepts (None: all)
+    supports: Callable[[Case], bool] = _always  # the input domain; other inputs are not run
+    valid: st.SearchStrategy[Case] | None = None  # default: the record's
+    invalid: st.SearchStrategy[BadCase] | None = None  # default: the record's
+    known: tuple[KnownDivergence, ...] = ()
+    not_provided: tuple[str, ...] = ()  # contract outputs it does not produce (not compared)
+    skip: Mapping[str, str] = field(default_factory=dict)  # check name -> why it does not apply
+
+    def load(self) -> Callable[..., Any]:
+        """Import the third-party function (raises `FrameworkMissing` with an install hint)."""
+        return load_target(self.target, self.distribution)
+
+    def candidate(self) -> Candidate:
+        return self.wrap(self.load())
+
+    def version(self) -> str:
+        return distribution_version(self.distribution)
+
+    def without(self, *names: str) -> Adapter:
+        """A copy with the named known divergences removed (to see them fail as new ones)."""
+        missing = set(names) - {k.name for k in self.known}
+        if missing:
+            raise ValueError(f"{self.name} has no known divergence {sorted(missing)}")
+        known = tuple(k for k in self.known if k.name not in names)
+        return _replace(self, known=known)
+
+    def retarget(self, target: str) -> Adapter:
+        return _replace(self, target=target, distribution=None)
+
+
+def _replace(adapter: Adapter, **changes: Any) -> Adapter:
+    import dataclasses
+
+    return dataclasses.replace(adapter, **changes)
+
+
+class FrameworkMissing(ImportError):
+    """The framework an adapter needs is not installed."""
+
+
+def load_target(target: str, distribution: str | None = None) -> Callable[..., Any]:
+    """`module:function` (or `module:Class.attr`) -> the object, importing only that module."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"target must be module:function, got {target!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        hint = (f" (pip install -e '.[frameworks]' installs {distribution})"
+                if distribution else "")
+        raise FrameworkMissing(f"cannot import {module_name}: {err}{hint}") from err
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def distribution_version(distribution: str | None) -> str:
+    if distribution is None:
+        return "-"
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def identity_adapter(record: str, target: str) -> Adapter:
+    """For a `module:function` that already follows the record's contract."""
+    return Adapter(name=f"{target} as {record}", framework="custom", record=record,
+                   target=target, wrap=lambda fn: fn, forms=None)
+
+
+# --------------------------------------------------------------------------- registry of adapters
+
+_ADAPTERS: dict[str, Adapter] = {}
+
+
+def register_adapter(adapter: Adapter) -> Adapter:
+    if adapter.name in _ADAPTERS:
+        raise ValueError(f"adapter {adapter.name!r} registered twice")
+    _ADAPTERS[adapter.name] = adapter
+    return adapter
+
+
+def all_adapters() -> list[Adapter]:
+    for module in FRAMEWORK_MODULES:
+        importlib.import_module(f"{__name__}.{module}")
+    return list(_ADAPTERS.values())
+
+
+def get_adapter(name: str) -> Adapter:
+    adapters = {a.name: a for a in all_adapters()}
+    if name not in adapters:
+        raise ValueError(f"unknown adapter {name!r}; known: {sorted(adapters)}")
+    return adapters[name]
+
+
+def frameworks() -> list[str]:
+    return list(dict.fromkeys(a.framework for a in all_adapters()))
+
+
+def main(impl: str, ops: list[str] | None, adapter: str | None, profile: str | None,
+         json_path: str | None) -> int:
+    """`harness check --impl skyrl|verl|module:function [--op NAME...] [--adapter A]`."""
+    from harness.adapters.runner import main as run_main
+
+    return run_main(impl, ops, adapter, profile, json_path)

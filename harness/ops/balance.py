@@ -1,0 +1,653 @@
+"""Registry records for `balance` (spec: balance.md): Karmarkar–Karp partitions, token-budget
+micro-batches, restoring their order, and sequence-parallel padding of a packed row."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import torch
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from harness import strategies as hs
+from harness.compare import assert_identical
+from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
+from reference import balance as _reference
+
+MAX_VALUES = 12
+
+
+def _assert(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+# --------------------------------------------------------------------------- partition strategies
+
+
+def partition_values(n: int) -> st.SearchStrategy[list]:
+    """`n` non-negative values: ties and zeros (small ints), spread ints, all equal, or floats."""
+    ints = st.one_of(
+        st.lists(st.integers(0, 3), min_size=n, max_size=n),
+        st.lists(st.integers(0, 100), min_size=n, max_size=n),
+        st.integers(0, 9).map(lambda v: [v] * n),
+        hs.lengths(n, max_len=20),
+    )
+    floats = st.lists(st.one_of(st.sampled_from([0.0, 0.5, 1.5, 1e-3, 2.0**-20]),
+                                st.floats(0, 1000, width=32)), min_size=n, max_size=n)
+    return st.one_of(ints, ints, floats)
+
+
+@st.composite
+def partition_cases(draw) -> Case:
+    """`(values, k)` with 1 <= k <= n; `equal_size=True` only with k dividing n."""
+    n = draw(st.integers(1, MAX_VALUES))
+    values = draw(partition_values(n))
+    equal = draw(st.booleans())
+    if equal:
+        proper = [d for d in range(2, n) if n % d == 0]  # first: the cases where sizes matter
+        k = draw(st.sampled_from(proper + [1, n] if n > 1 else [1]))
+        return Case((values, k), {"equal_size": True})
+    k = draw(st.integers(1, n))
+    return Case((values, k), draw(st.sampled_from([{}, {"equal_size": False}])))
+
+
+@st.composite
+def bad_partition_cases(draw) -> BadCase:
+    good = draw(partition_cases())
+    values, k = good.args
+    n = len(values)
+    kind = draw(st.sampled_from(["k_over_n", "k_zero", "k_type", "not_divisible", "negative",
+                                 "not_finite", "bool_value", "values_type"]))
+    if kind == "k_over_n":
+        return BadCase(Case((values, n + draw(st.integers(1, 3)))), ValueError, "k > n")
+    if kind == "k_zero":
+        return BadCase(Case((values, draw(st.integers(-2, 0)))), ValueError, "k < 1")
+    if kind == "k_type":
+        return BadCase(Case((values, draw(st.sampled_from([2.0, True, "2"])))), TypeError,
+                       "k is not an int")
+    if kind == "not_divisible":
+        values = values + [1] if n % 2 == 0 else values
+        return BadCase(Case((values, 2), {"equal_size": True}), ValueError,
+                       "equal_size with n not divisible by k")
+    row = draw(st.integers(0, n - 1))
+    broken = list(values)
+    if kind == "negative":
+        broken[row] = draw(st.sampled_from([-1, -0.5, -1e-30]))
+        return BadCase(Case((broken, 1)), ValueError, f"values[{row}] is negative")
+    if kind == "not_finite":
+        broken[row] = draw(st.sampled_from([math.inf, math.nan]))
+        return BadCase(Case((broken, 1)), ValueError, f"values[{row}] is not finite")
+    if kind == "bool_value":
+        broken[row] = True
+        return BadCase(Case((broken, 1)), TypeError, f"values[{row}] is a bool")
+    return BadCase(Case((3, 1)), TypeError, "values is not a sequence")
+
+
+def _values_as_tensor(case: Case) -> Case:
+    values = case.args[0]
+    dtype = torch.int64 if all(isinstance(v, int) for v in values) else torch.float64
+    return Case((torch.tensor(values, dtype=dtype), *case.args[1:]), case.kwargs)
+
+
+# --------------------------------------------------------------------------- partition properties
+
+
+def _exact_sums(values, partitions) -> list[Fraction]:
+    return [sum((Fraction(values[i]) for i in p), Fraction(0)) for p in partitions]
+
+
+def _slack(values) -> Fraction:
+    """Float sums round: allow a few ulps of the total; integer values are checked exactly."""
+    if all(isinstance(v, int) for v in values):
+        return Fraction(0)
+    return Fraction(sum(values)) * Fraction(1, 2**40)
+
+
+def prop_partition(case: Case, partitions) -> None:
+    """Exactly k lists of ints, none empty, disjoint, covering range(n)."""
+    values, k = case.args
+    _assert(isinstance(partitions, list) and all(isinstance(p, list) for p in partitions),
+            "the result must be a list of lists")
+    _assert(len(partitions) == k, f"{len(partitions)} partitions, expected k={k}")
+    _assert(all(len(p) > 0 for p in partitions), f"an empty partition in {partitions}")
+    flat = [i for p in partitions for i in p]
+    _assert(all(type(i) is int for i in flat), "indices must be Python ints")
+    _assert(sorted(flat) == list(range(len(values))),
+            f"{partitions} is not a partition of range({len(values)})")
+
+
+def prop_equal_size(case: Case, partitions) -> None:
+    """With equal_size, every partition holds n/k indices."""
+    values, k = case.args
+    if case.kwargs.get("equal_size"):
+        sizes = [len(p) for p in partitions]
+        _assert(sizes == [len(values) // k] * k, f"equal_size: sizes {sizes}, expected n/k each")
+
+
+def prop_largest_sum_bound(case: Case, partitions) -> None:
+    """The largest partition sum is >= ceil(total/k) (total/k for floats) and >= max(values)."""
+    values, k = case.args
+    sums = _exact_sums(values, partitions)
+    total = sum((Fraction(v) for v in values), Fraction(0))
+    floor = Fraction(math.ceil(total / k)) if _slack(values) == 0 else total / k
+    _assert(max(sums) >= floor and max(sums) >= max(Fraction(v) for v in values),
+            f"largest partition sum {float(max(sums))} below max(ceil(total/k), max value)")
+
+
+def prop_spread_bound(case: Case, partitions) -> None:
+    """Largest differencing keeps max - min partition sum <= max(values) (an invariant of every
+    merge: combining two states in opposite order never widens beyond the wider spread)."""
+    values, _ = case.args
+    sums = _exact_sums(values, partitions)
+    bound = max(Fraction(v) for v in values) + _slack(values)
+    _assert(max(sums) - min(sums) <= bound,
+            f"spread {float(max(sums) - min(sums))} exceeds max value {float(bound)}: "
+            f"sums {[float(s) for s in sums]}")
+
+
+def prop_descending(case: Case, partitions) -> None:
+    """Sets come in descending set order: by sum, then size, then first index (insertion order)."""
+    values, _ = case.args
+    sums = _exact_sums(values, partitions)
+    slack = _slack(values)
+    for a, b, pa, pb in zip(sums, sums[1:], partitions, partitions[1:]):
+        _assert(a + slack >= b, f"sets not in descending order of sums: {partitions}")
+        if slack == 0 and a == b:
+            key_a = (len(pa), pa[0] if pa else -1)
+            key_b = (len(pb), pb[0] if pb else -1)
+            _assert(key_a > key_b, f"equal sums, but sets not ordered by size then first index: "
+                                   f"{partitions}")
+
+
+def prop_sorted_indices(case: Case, partitions) -> None:
+    """Every partition's indices are ascending."""
+    for p in partitions:
+        _assert(p == sorted(p), f"partition {p} is not sorted ascending")
+
+
+# --------------------------------------------------------------------------- partition pins
+
+
+def _expect(literal):
+    def expect(case: Case, output) -> None:
+        _assert(output == literal, f"expected {literal}, got {output}")
+    return expect
+
+
+ONE_TO_EIGHT = list(range(1, 9))
+KK_PINS = [
+    Pin("spec_example_1_to_8_equal", Case((ONE_TO_EIGHT, 2), {"equal_size": True}),
+        "spec example: exact tie-breaking, equal sizes", _expect([[7, 4, 2, 1], [6, 5, 3, 0]])),
+    Pin("spec_example_1_to_8", Case((ONE_TO_EIGHT, 2)),
+        "spec example: exact tie-breaking (verl seqlen_balancing)",
+        _expect([[7, 5, 2, 0], [1, 6, 4, 3]])),
+    Pin("spec_example_10_1_1", Case(([10, 1, 1], 2)),
+        "spec example: one dominant value", _expect([[0], [2, 1]])),
+    Pin("spec_example_100_and_ones_equal", Case(([100, 1, 1, 1, 1, 1], 2), {"equal_size": True}),
+        "spec example: equal sizes against a dominant value", _expect([[0, 3, 1], [5, 4, 2]])),
+    Pin("zeros_and_ties", Case(([0, 0, 0, 5, 0, 5], 3)),
+        "zeros tie with empty sets on sum: the item count must break the tie",
+        _expect([[5], [3], [4, 2, 1, 0]])),
+    Pin("k_greater_than_n", BadCase(Case(([3, 1], 3)), ValueError, "k > n"),
+        "more partitions than values cannot all be non-empty"),
+    Pin("equal_size_not_divisible",
+        BadCase(Case(([1, 2, 3], 2), {"equal_size": True}), ValueError, "3 % 2 != 0"),
+        "equal sizes need n divisible by k"),
+]
+
+GREEDY_ZEROS = Case(([0, 0, 0, 5], 2))
+PARTITION_PINS = [
+    Pin("greedy_empty_on_zeros", GREEDY_ZEROS,
+        "a greedy partitioner (argmin of partition sums) puts every zero into partition 0 and "
+        "leaves another partition empty (verl greedy_partition)", _expect([[3], [0, 1, 2]])),
+    Pin("spec_example_sorted", Case((ONE_TO_EIGHT, 2)),
+        "karmarkar_karp's spec example with sorted partitions", _expect([[0, 2, 5, 7],
+                                                                          [1, 3, 4, 6]])),
+    Pin("spec_example_equal_sorted", Case(([100, 1, 1, 1, 1, 1], 2), {"equal_size": True}),
+        "equal sizes against a dominant value, sorted", _expect([[0, 1, 3], [2, 4, 5]])),
+]
+
+# --------------------------------------------------------------------------- micro_batches
+
+
+@st.composite
+def micro_batch_cases(draw) -> Case:
+    """Lengths in groups, a budget from capacity-exact to roomy, optional count constraints."""
+    group_size = draw(st.sampled_from([1, 1, 2, 3]))
+    groups = draw(st.integers(1, 10))
+    lengths = draw(hs.lengths(groups * group_size, min_len=1, max_len=20))
+    sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
+    budget = max(sums) + draw(st.one_of(st.just(0), st.integers(0, 10), st.integers(0, 200)))
+    kwargs = {}
+    if group_size != 1 or draw(st.booleans()):
+        kwargs["group_size"] = group_size
+    if draw(st.booleans()):
+        kwargs["min_count"] = draw(st.integers(1, groups))
+    if draw(st.booleans()):
+        kwargs["count_multiple"] = draw(st.integers(1, 4))
+    case = Case((lengths, budget), kwargs)
+    if not _accepted(case):  # the count constraints ask for more micro-batches than groups
+        case = Case((lengths, budget), {k: v for k, v in kwargs.items() if k == "group_size"})
+    return case
+
+
+def _accepted(case: Case) -> bool:
+    try:
+        case.call(_reference.micro_batches)
+    except ValueError:
+        return False
+    return True
+
+
+@st.composite
+def bad_micro_batch_cases(draw) -> BadCase:
+    good = draw(micro_batch_cases())
+    lengths, budget = good.args
+    kind = draw(st.sampled_from(["over_budget", "group_over_budget", "not_divisible",
+                                 "too_many", "zero_length", "float_length", "budget_zero",
+                                 "empty", "min_count_zero", "first_fault_wins"]))
+    if kind == "over_budget":
+        row = draw(st.integers(0, len(lengths) - 1))
+        broken = list(lengths)
+        broken[row] = budget + draw(st.integers(1, 5))
+        return BadCase(Case((broken, budget)), ValueError, f"lengths[{row}] > max_tokens")
+    if kind == "group_over_budget":
+        return BadCase(Case(([5, 5, 1, 1], 9), {"group_size": 2}), ValueError,
+                       "group 0 holds 10 > 9 tokens")
+    if kind == "not_divisible":
+        return BadCase(Case((lengths + [1] if len(lengths) % 2 == 0 else lengths, budget),
+                            {"group_size": 2}), ValueError, "len(lengths) % group_size != 0")
+    if kind == "too_many":
+        return BadCase(Case((lengths, budget), {"min_count": len(lengths) + 1}), ValueError,
+                       "min_count above the number of samples")
+    if kind == "zero_length":
+        return BadCase(Case((lengths + [0], budget)), ValueError, "a sample of 0 tokens")
+    if kind == "float_length":
+        return BadCase(Case((lengths[:-1] + [1.0], budget)), TypeError, "a float length")
+    if kind == "first_fault_wins":  # a 0 before a float: both report the first faulty index
+        return BadCase(Case(([0, 1.0] + lengths, budget)), ValueError,
+                       "lengths[0] = 0 comes before the float")
+    if kind == "budget_zero":
+        return BadCase(Case((lengths, 0)), ValueError, "max_tokens < 1")
+    if kind == "empty":
+        return BadCase(Case(([], budget)), ValueError, "no samples")
+    return BadCase(Case((lengths, budget), {"min_count": 0}), ValueError, "min_count < 1")
+
+
+def _lengths_as_tensor(case: Case) -> Case:
+    return Case((torch.tensor(case.args[0], dtype=torch.int64), case.args[1]), case.kwargs)
+
+
+def _budget_facts(case: Case) -> tuple[list[int], int, int, int, int]:
+    lengths, budget = case.args
+    group_size = case.kwargs.get("group_size", 1)
+    min_count = case.kwargs.get("min_count") or 1
+    step = case.kwargs.get("count_multiple") or 1
+    return list(lengths), budget, group_size, min_count, step
+
+
+def prop_budget(case: Case, batches) -> None:
+    """Every micro-batch holds at most max_tokens tokens (verl only used it to pick the count)."""
+    lengths, budget, *_ = _budget_facts(case)
+    for j, batch in enumerate(batches):
+        tokens = sum(lengths[i] for i in batch)
+        _assert(tokens <= budget, f"micro-batch {j} {batch} holds {tokens} > {budget} tokens")
+
+
+def prop_cover(case: Case, batches) -> None:
+    """Every sample exactly once; no micro-batch empty."""
+    lengths, *_ = _budget_facts(case)
+    flat = [i for b in batches for i in b]
+    _assert(all(batches), f"an empty micro-batch in {batches}")
+    _assert(sorted(flat) == list(range(len(lengths))),
+            f"{batches} does not hold every index of range({len(lengths)}) exactly once")
+
+
+def prop_groups(case: Case, batches) -> None:
+    """Consecutive groups of group_size samples share a micro-batch."""
+    _, _, group_size, *_ = _budget_facts(case)
+    for batch in batches:
+        groups = {i // group_size for i in batch}
+        _assert(len(batch) == len(groups) * group_size,
+                f"micro-batch {batch} splits a group of {group_size}")
+
+
+def prop_ascending(case: Case, batches) -> None:
+    """Indices ascend inside each micro-batch."""
+    for batch in batches:
+        _assert(batch == sorted(batch), f"micro-batch {batch} is not ascending")
+
+
+def count_bounds(case: Case) -> tuple[int, int]:
+    """[lower, upper] for the micro-batch count: lower = ceil(total/max_tokens) (raised to
+    min_count, rounded up to count_multiple); upper = the same with ceil(2 total/max_tokens),
+    because first-fit leaves at most one bin at most half full."""
+    lengths, budget, _, min_count, step = _budget_facts(case)
+    total = sum(lengths)
+
+    def rounded(count: int) -> int:
+        return -(-max(count, min_count) // step) * step
+
+    return rounded(-(-total // budget)), rounded(-(-2 * total // budget))
+
+
+def prop_count(case: Case, batches) -> None:
+    """The count is a multiple of count_multiple, >= min_count, within count_bounds."""
+    lower, upper = count_bounds(case)
+    _, _, _, min_count, step = _budget_facts(case)
+    count = len(batches)
+    _assert(count % step == 0 and count >= min_count,
+            f"{count} micro-batches: not a multiple of {step} or below min_count {min_count}")
+    _assert(lower <= count <= upper, f"{count} micro-batches outside [{lower}, {upper}]")
+
+
+VERL_BUDGET = Case(([14, 2, 9, 17, 16], 29))
+MICRO_PINS = [
+    Pin("verl_budget_only_count", VERL_BUDGET,
+        "verl rearrange_micro_batches uses max_token_len only to choose the count: "
+        "2 micro-batches of 30 and 28 tokens for a budget of 29", _expect([[1, 2, 3], [4], [0]])),
+    Pin("balanced_beats_first_fit", Case(([6, 2, 2, 7, 2, 3], 11)),
+        "22 tokens fit exactly into 2 balanced micro-batches of 11, where first-fit-decreasing "
+        "needs 3", _expect([[1, 3, 4], [0, 2, 5]])),
+    Pin("groups_with_count_multiple",
+        Case(([3, 4, 1, 1, 5, 2, 2, 2], 12), {"group_size": 2, "count_multiple": 2,
+                                              "min_count": 3}),
+        "groups of 2 stay together; min_count 3 rounded up to count_multiple 2 gives 4",
+        _expect([[4, 5], [0, 1], [2, 3], [6, 7]])),
+    Pin("length_over_budget", BadCase(Case(([3, 40, 2], 32)), ValueError, "lengths[1] > 32"),
+        "a sample longer than the budget cannot be placed; verl let it through"),
+]
+
+# --------------------------------------------------------------------------- restore_order
+
+
+@st.composite
+def restore_cases(draw) -> Case:
+    """Rows tagged with their original index (row i = [i, -i, 7i]), permuted into micro-batches."""
+    n = draw(st.integers(0, 10))
+    order = draw(st.permutations(list(range(n))))
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=4)))
+    bounds = [0, *cuts, n]
+    batches = [list(order[a:b]) for a, b in zip(bounds, bounds[1:]) if b > a] or [[]]
+    rows = torch.tensor([[i, -i, 7 * i] for i in range(n)], dtype=torch.int64).reshape(n, 3)
+    parts = [rows[torch.tensor(b, dtype=torch.int64)] for b in batches]
+    shape = draw(st.sampled_from(["list", "tensor", "tensordict"]))
+    if shape == "tensor":
+        return Case((torch.cat(parts), batches))
+    if shape == "tensordict":
+        parts = [TensorDict({"row": p, "score": p[:, 0].float()}, batch_size=[len(p)])
+                 for p in parts]
+    return Case((parts, batches))
+
+
+@st.composite
+def bad_restore_cases(draw) -> BadCase:
+    kind = draw(st.sampled_from(["rows", "duplicate", "count", "kind"]))
+    rows = torch.arange(6).reshape(3, 2)
+    if kind == "rows":
+        return BadCase(Case((rows, [[0, 1]])), ValueError, "3 rows for 2 indices")
+    if kind == "duplicate":
+        return BadCase(Case((rows, [[0, 1], [1]])), ValueError, "index 1 twice")
+    if kind == "count":
+        return BadCase(Case(([rows], [[0], [1, 2]])), ValueError, "1 output for 2 micro-batches")
+    return BadCase(Case(([rows.tolist()], [[0, 1, 2]])), TypeError, "a list, not a tensor")
+
+
+def _rows_of(output) -> torch.Tensor:
+    return output.get("row") if isinstance(output, TensorDict) else output
+
+
+def prop_inverse(case: Case, output) -> None:
+    """restore ∘ split = identity: output row i is the row tagged i."""
+    n = sum(len(b) for b in case.args[1])
+    want = torch.tensor([[i, -i, 7 * i] for i in range(n)], dtype=torch.int64).reshape(n, 3)
+    _assert(torch.equal(_rows_of(output), want), f"rows not restored: {_rows_of(output).tolist()}")
+
+
+def _restore_on(case: Case, device: str) -> Case:
+    outputs, batches = case.args
+    moved = [o.to(device) for o in outputs] if isinstance(outputs, list) else outputs.to(device)
+    return Case((moved, batches), case.kwargs)
+
+
+# --------------------------------------------------------------------------- sequence parallel
+
+
+@st.composite
+def ulysses_cases(draw) -> Case:
+    sp = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
+    length = draw(st.one_of(st.integers(0, 200), st.integers(0, 8).map(lambda q: q * sp)))
+    return Case((length, sp))
+
+
+@st.composite
+def bad_ulysses_cases(draw) -> BadCase:
+    kind = draw(st.sampled_from(["negative", "sp_zero", "float"]))
+    if kind == "negative":
+        return BadCase(Case((-1, 4)), ValueError, "length < 0")
+    if kind == "sp_zero":
+        return BadCase(Case((8, draw(st.integers(-2, 0)))), ValueError, "sp_size < 1")
+    return BadCase(Case((8.0, 4)), TypeError, "length not an int")
+
+
+def prop_pad_range(case: Case, pad) -> None:
+    """0 <= pad < sp_size and (length + pad) % sp_size == 0."""
+    length, sp = case.args
+    _assert(type(pad) is int and 0 <= pad < sp and (length + pad) % sp == 0,
+            f"pad {pad!r} for length {length}, sp_size {sp}")
+
+
+def packed_row(lengths: list[int], tokens: list[int], tail: int = 0) -> TensorDict:
+    """A packed row as `varlen.pack_varlen` lays it out (tail pad `tail` as its own segment)."""
+    positions = [p for n in lengths for p in range(n)] + list(range(tail))
+    bounds = [0]
+    for n in lengths + ([tail] if tail else []):
+        bounds.append(bounds[-1] + n)
+    width = len(positions)
+    td = TensorDict({
+        "input_ids": torch.tensor(tokens + [0] * tail, dtype=torch.int64).reshape(1, width),
+        "position_ids": torch.tensor(positions, dtype=torch.int64).reshape(1, width),
+        "cu_seqlens": torch.tensor(bounds, dtype=torch.int32),
+        "sample_lengths": torch.tensor(lengths, dtype=torch.int64),
+    }, batch_size=[])
+    td.set_non_tensor("max_seqlen", max(lengths + [tail]))
+    return td
+
+
+@st.composite
+def sequence_parallel_cases(draw) -> Case:
+    lengths = draw(st.lists(st.integers(1, 9), min_size=1, max_size=5))
+    tokens = draw(st.lists(hs.token_ids(), min_size=sum(lengths), max_size=sum(lengths)))
+    tail = draw(st.sampled_from([0, 0, 1, 3]))
+    sp = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
+    return Case((packed_row(lengths, tokens, tail), sp))
+
+
+@st.composite
+def bad_sequence_parallel_cases(draw) -> BadCase:
+    packed = packed_row([3, 2], [1, 2, 3, 4, 5])
+    kind = draw(st.sampled_from(["sp_zero", "missing", "per_token", "not_td", "cu_end"]))
+    if kind == "sp_zero":
+        return BadCase(Case((packed, 0)), ValueError, "sp_size < 1")
+    if kind == "missing":
+        return BadCase(Case((packed.exclude("position_ids"), 4)), ValueError, "no position_ids")
+    if kind == "per_token":
+        packed.set("loss_mask", torch.ones(1, 5))
+        return BadCase(Case((packed, 4)), ValueError, "a per-token field it cannot pad")
+    if kind == "cu_end":
+        packed.set("cu_seqlens", torch.tensor([0, 3], dtype=torch.int32))
+        return BadCase(Case((packed, 4)), ValueError, "cu_seqlens does not end at N")
+    return BadCase(Case(({"input_ids": [[1]]}, 4)), TypeError, "not a TensorDict")
+
+
+def _sp_facts(case: Case, out) -> tuple[int, int, int]:
+    packed, sp = case.args
+    before = packed["input_ids"].shape[1]
+    return before, out["input_ids"].shape[1], sp
+
+
+def prop_length_multiple(case: Case, out) -> None:
+    """N' is a multiple of sp_size, N <= N' < N + sp_size; every tensor keeps its dtype."""
+    before, after, sp = _sp_facts(case, out)
+    _assert(after % sp == 0 and before <= after < before + sp,
+            f"padded length {after} for N={before}, sp_size {sp}")
+    for key in ("input_ids", "position_ids", "cu_seqlens"):
+        _assert(out[key].dtype == case.args[0][key].dtype, f"{key} changed dtype")
+
+
+def prop_pad_segment(case: Case, out) -> None:
+    """The pad holds token 0 and positions 0..pad-1: its own segment, never continuing a sample."""
+    before, after, _ = _sp_facts(case, out)
+    pad = after - before
+    _assert(out["input_ids"][0, before:].tolist() == [0] * pad, "pad tokens are not 0")
+    _assert(out["position_ids"][0, before:].tolist() == list(range(pad)),
+            f"pad positions {out['position_ids'][0, before:].tolist()} != 0..{pad - 1}")
+
+
+def prop_segments(case: Case, out) -> None:
+    """cu_seqlens gains the boundary N' only when pad > 0 (strictly increasing, no zero-length
+    segment); max_seqlen covers the pad segment; other fields pass through."""
+    packed = case.args[0]
+    before, after, _ = _sp_facts(case, out)
+    cu = out["cu_seqlens"].tolist()
+    want = packed["cu_seqlens"].tolist() + ([after] if after > before else [])
+    _assert(cu == want, f"cu_seqlens {cu} != {want}")
+    _assert(all(a < b for a, b in zip(cu, cu[1:])), f"cu_seqlens {cu} not strictly increasing")
+    want_max = max(packed.get_non_tensor("max_seqlen"), after - before)
+    _assert(out.get_non_tensor("max_seqlen") == want_max,
+            f"max_seqlen {out.get_non_tensor('max_seqlen')} != {want_max}")
+    _assert(torch.equal(out["sample_lengths"], packed["sample_lengths"]),
+            "sample_lengths changed")
+
+
+def prop_chunk_roundtrip(case: Case, out) -> None:
+    """Slice into sp_size equal chunks, concatenate, drop the pad: the original row exactly."""
+    packed, sp = case.args
+    before, *_ = _sp_facts(case, out)
+    for key in ("input_ids", "position_ids"):
+        chunks = torch.chunk(out[key], sp, dim=1) if out[key].shape[1] else (out[key],)
+        sizes = {c.shape[1] for c in chunks}
+        _assert(len(sizes) == 1, f"{key}: chunks of unequal sizes {sizes}")
+        joined = torch.cat(chunks, dim=1)[:, :before]
+        _assert(torch.equal(joined, packed[key]), f"{key}: the original row is not a prefix")
+
+
+SP_PINS = [
+    Pin("divisible_needs_no_pad", Case((packed_row([3, 5], list(range(1, 9))), 4)),
+        "N % sp == 0: no pad and no duplicate cu_seqlens boundary (a zero-length segment)",
+        lambda case, out: _assert(out["cu_seqlens"].tolist() == [0, 3, 8], "cu_seqlens changed")),
+    Pin("pad_longer_than_samples", Case((packed_row([1, 1], [5, 6]), 8)),
+        "the pad segment (6) is longer than every sample: max_seqlen grows",
+        lambda case, out: _assert(out.get_non_tensor("max_seqlen") == 6, "max_seqlen != 6")),
+]
+
+
+def _packed_on(case: Case, device: str) -> Case:
+    return Case((case.args[0].to(device), *case.args[1:]), case.kwargs)
+
+
+# --------------------------------------------------------------------------- records
+
+_PARTITION_FORMS = {"lists": lambda c: c, "tensor": _values_as_tensor}
+
+KARMARKAR_KARP = register(OpInfo(
+    op="balance",
+    function="karmarkar_karp",
+    valid=partition_cases(),
+    invalid=bad_partition_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("partition", prop_partition, prop_partition.__doc__),
+        Property("equal_size", prop_equal_size, prop_equal_size.__doc__),
+        Property("largest_sum_bound", prop_largest_sum_bound, prop_largest_sum_bound.__doc__),
+        Property("spread_bound", prop_spread_bound, prop_spread_bound.__doc__),
+        Property("descending", prop_descending, prop_descending.__doc__),
+    ],
+    pins=KK_PINS,
+    forms=_PARTITION_FORMS,
+    example=Case((ONE_TO_EIGHT, 2)),
+    doc="largest differencing method with the spec's exact tie-breaking",
+))
+
+BALANCED_PARTITIONS = register(OpInfo(
+    op="balance",
+    function="balanced_partitions",
+    valid=partition_cases(),
+    invalid=bad_partition_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("partition", prop_partition, prop_partition.__doc__),
+        Property("equal_size", prop_equal_size, prop_equal_size.__doc__),
+        Property("sorted_indices", prop_sorted_indices, prop_sorted_indices.__doc__),
+    ],
+    pins=PARTITION_PINS,
+    forms=_PARTITION_FORMS,
+    example=GREEDY_ZEROS,
+    doc="karmarkar_karp with sorted, non-empty partitions",
+))
+
+MICRO_BATCHES = register(OpInfo(
+    op="balance",
+    function="micro_batches",
+    valid=micro_batch_cases(),
+    invalid=bad_micro_batch_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("budget", prop_budget, prop_budget.__doc__),
+        Property("cover", prop_cover, prop_cover.__doc__),
+        Property("groups", prop_groups, prop_groups.__doc__),
+        Property("ascending", prop_ascending, prop_ascending.__doc__),
+        Property("count", prop_count, prop_count.__doc__),
+    ],
+    pins=MICRO_PINS,
+    forms={"lists": lambda c: c, "tensor": _lengths_as_tensor},
+    example=VERL_BUDGET,
+    targets=lambda case: {"count bound width": float(count_bounds(case)[1]
+                                                     - count_bounds(case)[0])},
+    doc="token-budget micro-batches: strict budget, groups kept, balanced sums",
+))
+
+RESTORE_ORDER = register(OpInfo(
+    op="balance",
+    function="restore_order",
+    valid=restore_cases(),
+    invalid=bad_restore_cases(),
+    compare=assert_identical,
+    properties=[Property("inverse", prop_inverse, prop_inverse.__doc__)],
+    devices=("cpu", "cuda"),
+    to_device=_restore_on,
+    doc="undo the micro-batch permutation",
+))
+
+ULYSSES_PAD = register(OpInfo(
+    op="balance",
+    function="ulysses_pad",
+    valid=ulysses_cases(),
+    invalid=bad_ulysses_cases(),
+    compare=assert_identical,
+    properties=[Property("pad_range", prop_pad_range, prop_pad_range.__doc__)],
+    pins=[Pin("divisible_length", Case((8, 4)), "N % sp == 0 needs no pad (not sp of them)",
+              _expect(0))],
+    doc="pad tokens that make a packed length a multiple of sp_size",
+))
+
+PAD_FOR_SEQUENCE_PARALLEL = register(OpInfo(
+    op="balance",
+    function="pad_for_sequence_parallel",
+    valid=sequence_parallel_cases(),
+    invalid=bad_sequence_parallel_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("length_multiple", prop_length_multiple, prop_length_multiple.__doc__),
+        Property("pad_segment", prop_pad_segment, prop_pad_segment.__doc__),
+        Property("segments", prop_segments, prop_segments.__doc__),
+        Property("chunk_roundtrip", prop_chunk_roundtrip, prop_chunk_roundtrip.__doc__),
+    ],
+    pins=SP_PINS,
+    devices=("cpu", "cuda"),
+    to_device=_packed_on,
+    example=Case((packed_row([3, 2], [11, 12, 13, 21, 22]), 4)),
+    doc="pad a packed row to a multiple of the Ulysses sequence-parallel size",
+))

@@ -1,0 +1,700 @@
+"""Registry records for `trainer` (spec: trainer.md): the divisible batch-size multiple, padding
+a batch with synthetic samples, selecting its real rows, and step-wise advantage broadcast."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+from tensordict import TensorDict
+
+from harness import strategies as hs
+from harness.compare import assert_identical
+from harness.ops.rl_batch import picture as rl_batch_picture
+from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
+from reference import trainer as _reference
+from reference.rl_batch import build_rl_batch
+
+MAX_ROWS = 8
+MAX_PART = 6
+TOKEN_FIELDS = ("input_ids", "attention_mask", "position_ids")
+
+
+def _assert(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    view = {torch.float32: torch.int32, torch.float64: torch.int64}.get(t.dtype)
+    return t.contiguous().view(view) if view is not None else t
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+# --------------------------------------------------------------------------- required_multiple
+
+
+@st.composite
+def required_multiple_cases(draw) -> Case:
+    kwargs = {}
+    for name in ("mini_batch_size", "critic_mini_batch_size"):
+        if draw(st.booleans()):
+            kwargs[name] = draw(st.integers(1, 16))
+    if draw(st.booleans()):
+        kwargs["n"] = draw(st.integers(1, 8))
+    if draw(st.booleans()):
+        kwargs["actor_updates"] = draw(st.booleans())
+    return Case((draw(st.integers(1, 8)),), kwargs)
+
+
+@st.composite
+def bad_required_multiple_cases(draw) -> BadCase:
+    name = draw(st.sampled_from(["dp_size", "mini_batch_size", "critic_mini_batch_size", "n"]))
+    value = draw(st.sampled_from([0, -1, 2.0, True]))
+    raises = ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError
+    if name == "dp_size":
+        return BadCase(Case((value,)), raises, f"dp_size={value!r}")
+    return BadCase(Case((2,), {name: value}), raises, f"{name}={value!r}")
+
+
+def _sizes(case: Case) -> list[int]:
+    """Every size the batch must split into evenly."""
+    n = case.kwargs.get("n", 1)
+    sizes = [case.args[0]]
+    if case.kwargs.get("critic_mini_batch_size") is not None:
+        sizes.append(case.kwargs["critic_mini_batch_size"] * n)
+    if case.kwargs.get("actor_updates", True) and case.kwargs.get("mini_batch_size") is not None:
+        sizes.append(case.kwargs["mini_batch_size"] * n)
+    return sizes
+
+
+def prop_divisible(case: Case, multiple) -> None:
+    """The multiple splits into DP shards and into every updating model's mini-batches."""
+    _assert(type(multiple) is int and multiple >= 1, f"{multiple!r} is not a positive int")
+    for size in _sizes(case):
+        _assert(multiple % size == 0, f"{multiple} is not a multiple of {size}")
+
+
+def prop_least(case: Case, multiple) -> None:
+    """No smaller common multiple: dividing by any prime factor breaks divisibility."""
+    for p in _prime_factors(multiple):
+        smaller = multiple // p
+        _assert(any(smaller % size for size in _sizes(case)),
+                f"{smaller} already divides by {_sizes(case)}: {multiple} is not the least")
+
+
+def _prime_factors(value: int) -> list[int]:
+    factors, p = [], 2
+    while p * p <= value:
+        while value % p == 0:
+            factors.append(p)
+            value //= p
+        p += 1
+    return factors + ([value] if value > 1 else [])
+
+
+def _expect(literal):
+    def expect(case: Case, output) -> None:
+        _assert(output == literal, f"expected {literal}, got {output}")
+    return expect
+
+
+MULTIPLE_PINS = [
+    Pin("dp2_mini15_n8", Case((2,), {"mini_batch_size": 15, "n": 8}),
+        "spec example: mini-batch sizes count prompts, n samples each", _expect(120)),
+    Pin("critic_only_when_actor_frozen",
+        Case((4,), {"mini_batch_size": 3, "critic_mini_batch_size": 2, "n": 2,
+                    "actor_updates": False}),
+        "a step without actor update only needs the critic's mini-batches", _expect(4)),
+    Pin("dp_zero", BadCase(Case((0,)), ValueError, "dp_size < 1"), "sizes must be >= 1"),
+]
+
+# --------------------------------------------------------------------------- batches
+
+
+@st.composite
+def trainer_batches(draw) -> TensorDict:
+    """An `rl_batch` batch in either layout with the fields trainers add: per-sample floats,
+    per-token advantages, integer uids, sometimes 3-D (multi-axis RoPE) position ids and an
+    existing `is_padding`.
+
+    Structure is drawn by Hypothesis; contents (token ids, floats: these ops copy them, never
+    read them) come from one drawn seed, which keeps an example at a few milliseconds.
+    """
+    layout = draw(st.sampled_from(["left", "two_segment"]))
+    pairs = draw(hs.length_pairs(max_rows=MAX_ROWS, max_prompt=MAX_PART, max_response=MAX_PART))
+    p0, r0 = pairs[0]
+    pairs[0] = (max(p0, 1), max(r0, 1))  # room for a minimal padding sample in both layouts
+    p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
+    gen = draw(hs.generators())
+    kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49])), "layout": layout}
+    if draw(st.booleans()):
+        kwargs["rewards"] = _float_rows(gen, r_lens)
+    if draw(st.booleans()):
+        kwargs["logprobs"] = _float_rows(gen, r_lens)
+    td = build_rl_batch(_token_rows(gen, p_lens), _token_rows(gen, r_lens), **kwargs)
+    return _with_trainer_fields(td, gen, draw(st.lists(st.booleans(), min_size=5, max_size=5)))
+
+
+def _token_rows(gen: torch.Generator, lengths: list[int]) -> list[list[int]]:
+    """Token ids in [0, 8): pad-id collisions are common."""
+    flat = torch.randint(0, 8, (sum(lengths),), generator=gen).tolist()
+    return _split(flat, lengths)
+
+
+def _float_rows(gen: torch.Generator, lengths: list[int]) -> list[list[float]]:
+    """float32 values, half of them from the special ones (-0.0, subnormals, huge)."""
+    flat = _floats(gen, sum(lengths)).tolist()
+    return _split(flat, lengths)
+
+
+def _floats(gen: torch.Generator, count: int) -> torch.Tensor:
+    special = torch.tensor(hs.SPECIAL_FLOATS, dtype=torch.float32)
+    pick = special[torch.randint(0, len(special), (count,), generator=gen)]
+    plain = torch.randn(count, generator=gen) * 100
+    return torch.where(torch.rand(count, generator=gen) < 0.5, pick, plain)
+
+
+def _split(flat: list, lengths: list[int]) -> list[list]:
+    out, start = [], 0
+    for n in lengths:
+        out.append(flat[start:start + n])
+        start += n
+    return out
+
+
+def _with_trainer_fields(td: TensorDict, gen: torch.Generator, which: list[bool]) -> TensorDict:
+    batch, width = td["input_ids"].shape
+    response_width = td["response_mask"].shape[1]
+    scores, advantages, uid, multi_axis, flagged = which
+    if scores:
+        td.set("scores", _floats(gen, batch))
+    if advantages:
+        td.set("advantages", _floats(gen, batch * response_width).reshape(batch, response_width))
+    if uid:
+        td.set("uid", torch.randint(0, 3, (batch,), generator=gen))
+    if multi_axis:  # multi-axis RoPE: (B, 3, T), axes that differ on real rows
+        pos = td["position_ids"]
+        td.set("position_ids", torch.stack([pos, pos, pos + 2 * td["attention_mask"]], dim=1))
+    if flagged:
+        td.set("is_padding", torch.rand(batch, generator=gen) < 0.4)
+    return td
+
+
+def fitting_min_lengths(td: TensorDict, layout: str) -> list[int]:
+    """The min_length values whose padding sample fits the batch's widths."""
+    width, response_width = td["input_ids"].shape[1], td["response_mask"].shape[1]
+    out = []
+    for length in range(2, width + 1):
+        response = length // 2 if response_width else 0
+        prompt = length - response
+        room = width if layout == "left" else width - response_width
+        if (length if layout == "left" else prompt) <= room and response <= response_width:
+            out.append(length)
+    return out
+
+
+@st.composite
+def pad_to_multiple_cases(draw) -> Case:
+    """A batch, a multiple around its size, a fitting min_length; layout and pad id from the
+    batch's own entries or given explicitly."""
+    td = draw(trainer_batches())
+    batch = td.batch_size[0]
+    layout = td.get_non_tensor("layout")
+    around = [batch + 1, 2 * batch, batch + 2, max(batch - 1, 1)]  # sizes around multiples
+    multiple = draw(st.one_of(st.integers(2, 8), st.sampled_from(around),
+                              st.sampled_from(around), st.sampled_from([batch, 1])))
+    kwargs = {"eos_token_id": draw(st.sampled_from([2, 0, 49, 7]))}
+    if draw(st.booleans()):
+        kwargs["min_length"] = draw(st.sampled_from(fitting_min_lengths(td, layout)[:4]))
+    if draw(st.booleans()):  # the caller passes what the batch does not carry
+        kwargs["layout"] = layout
+        kwargs["pad_token_id"] = td.get_non_tensor("pad_token_id")
+        td = td.exclude("layout", "pad_token_id")
+    return Case((td, multiple), kwargs)
+
+
+@st.composite
+def bad_pad_to_multiple_cases(draw) -> BadCase:
+    good = draw(pad_to_multiple_cases())
+    td, multiple = good.args
+    kwargs = dict(good.kwargs)
+    kind = draw(st.sampled_from(["multiple_zero", "multiple_type", "no_layout", "uids_list",
+                                 "nested", "min_length_small", "min_length_wide", "eos_type",
+                                 "is_padding_dtype", "jagged"]))
+    batch = td.batch_size[0]
+    if kind == "multiple_zero":
+        return BadCase(Case((td, draw(st.integers(-2, 0))), kwargs), ValueError, "multiple < 1")
+    if kind == "multiple_type":
+        return BadCase(Case((td, 2.0), kwargs), TypeError, "multiple not an int")
+    if kind == "no_layout":
+        kwargs.pop("layout", None)
+        return BadCase(Case((td.exclude("layout"), multiple), kwargs), ValueError,
+                       "no layout given or stored")
+    if kind == "eos_type":
+        return BadCase(Case((td, multiple), kwargs | {"eos_token_id": None}), TypeError,
+                       "eos_token_id not an int")
+    if kind == "min_length_small":
+        return BadCase(Case((td, multiple), kwargs | {"min_length": 1}), ValueError,
+                       "min_length < 2")
+    if kind == "min_length_wide":
+        wide = td["input_ids"].shape[1] + 1
+        return BadCase(Case((td, multiple), kwargs | {"min_length": wide}), ValueError,
+                       "min_length wider than the batch")
+    td = td.clone()
+    if kind == "uids_list":
+        td.set_non_tensor("uids", [f"u{i}" for i in range(batch)])
+        why = "uids stored as a non-tensor per-row list"
+    elif kind == "nested":
+        td.set("extra", TensorDict({"x": torch.zeros(batch)}, batch_size=[batch]))
+        why = "a nested TensorDict field"
+    elif kind == "jagged":
+        td.set("ragged", torch.nested.nested_tensor([torch.zeros(i + 1) for i in range(batch)],
+                                                    layout=torch.jagged))
+        why = "a jagged field"
+    else:
+        td.set("is_padding", torch.zeros(batch, dtype=torch.int64))
+        why = "is_padding is not bool"
+    return BadCase(Case((td, multiple), kwargs), ValueError, why)
+
+
+def _td_on(case: Case, device: str) -> Case:
+    return Case((case.args[0].to(device), *case.args[1:]), case.kwargs)
+
+
+# --------------------------------------------------------------------------- pad properties
+
+
+class _Padded:
+    """Facts about one pad_to_multiple call: input, output, the count of padding rows."""
+
+    def __init__(self, case: Case, out: TensorDict) -> None:
+        self.td, self.multiple = case.args
+        self.out = out
+        self.batch = self.td.batch_size[0]
+        self.count = out.batch_size[0] - self.batch
+        self.layout = case.kwargs.get("layout") or self.td.get_non_tensor("layout")
+        pad = case.kwargs.get("pad_token_id")
+        self.pad = pad if pad is not None else self.td.get_non_tensor("pad_token_id")
+        self.eos = case.kwargs["eos_token_id"]
+        self.min_length = case.kwargs.get("min_length", 2)
+
+    def tensor_keys(self) -> list[str]:
+        return [k for k in self.td.keys() if not self.td.is_non_tensor(k)]
+
+    def padding(self, key: str) -> torch.Tensor:
+        return self.out[key][self.batch:]
+
+
+def prop_batch_size(case: Case, out) -> None:
+    """B' % multiple == 0 and 0 <= B' - B < multiple; with B' == B no field is added."""
+    facts = _Padded(case, out)
+    size = out.batch_size[0]
+    _assert(size % facts.multiple == 0 and 0 <= facts.count < facts.multiple,
+            f"B'={size} for B={facts.batch}, multiple {facts.multiple}")
+    if facts.count == 0:
+        _assert(set(out.keys()) == set(facts.td.keys()),
+                f"B == B' but keys changed: {sorted(set(out.keys()) ^ set(facts.td.keys()))}")
+
+
+def prop_real_rows_unchanged(case: Case, out) -> None:
+    """The first B rows of every field are bit-identical to the input; entries unchanged."""
+    facts = _Padded(case, out)
+    for key in facts.td.keys():
+        if facts.td.is_non_tensor(key):
+            _assert(out.get_non_tensor(key) == facts.td.get_non_tensor(key), f"{key} changed")
+        else:
+            _assert(_same_bits(out[key][:facts.batch], facts.td[key]), f"real rows of {key} "
+                    "differ from the input")
+
+
+def prop_field_shapes(case: Case, out) -> None:
+    """Every field keeps its dtype and trailing shape; is_padding is bool (B',)."""
+    facts = _Padded(case, out)
+    for key in facts.tensor_keys():
+        a, b = facts.td[key], out[key]
+        _assert(a.dtype == b.dtype and a.shape[1:] == b.shape[1:],
+                f"{key}: {tuple(a.shape[1:])} {a.dtype} became {tuple(b.shape[1:])} {b.dtype}")
+    if facts.count:
+        _assert(out["is_padding"].dtype == torch.bool and out["is_padding"].dim() == 1,
+                "is_padding must be a bool (B',) tensor")
+
+
+def prop_is_padding_flags(case: Case, out) -> None:
+    """is_padding: the input's flags (False if absent) for real rows, True for padding rows."""
+    facts = _Padded(case, out)
+    if facts.count == 0:
+        return
+    before = (facts.td["is_padding"].tolist() if "is_padding" in facts.td.keys()
+              else [False] * facts.batch)
+    _assert(out["is_padding"].tolist() == before + [True] * facts.count,
+            f"is_padding {out['is_padding'].tolist()}")
+
+
+def prop_zero_masked_loss(case: Case, out) -> None:
+    """Padding rows contribute exactly 0 to any loss masked by loss_mask or response_mask."""
+    facts = _Padded(case, out)
+    if facts.count == 0:
+        return
+    masks = [facts.padding(k).float() for k in ("loss_mask", "response_mask") if k in out.keys()]
+    per_token = [k for k in facts.tensor_keys() if out[k].is_floating_point()
+                 and out[k].shape[1:] == out["response_mask"].shape[1:]]
+    for mask in masks:
+        _assert(bool((mask == 0).all()), "a padding row has a non-zero loss/response mask")
+        for key in per_token:
+            _assert(float((facts.padding(key) * mask).sum()) == 0.0,
+                    f"padding rows contribute to a loss over {key}")
+
+
+def prop_padding_sample_valid(case: Case, out) -> None:
+    """A padding row is a minimal valid sample in the batch's layout: min_length eos tokens
+    (ceil/2 prompt, floor/2 response), pad elsewhere, positions from its mask on every axis."""
+    facts = _Padded(case, out)
+    if facts.count == 0:
+        return
+    width, response_width = out["input_ids"].shape[1], out["response_mask"].shape[1]
+    length = facts.min_length
+    response = length // 2 if response_width else 0
+    start = (width - length if facts.layout == "left"
+             else width - response_width - (length - response))
+    mask = [1 if start <= j < start + length else 0 for j in range(width)]
+    ids = [facts.eos if m else facts.pad for m in mask]
+    positions = [max(sum(mask[:j + 1]) - 1, 0) for j in range(width)]
+    for row in range(facts.count):
+        _assert(facts.padding("input_ids")[row].tolist() == ids,
+                f"padding row input_ids {facts.padding('input_ids')[row].tolist()} != {ids}")
+        if "attention_mask" in out.keys():
+            _assert(facts.padding("attention_mask")[row].tolist() == mask,
+                    f"padding row attention_mask {facts.padding('attention_mask')[row].tolist()}")
+        if "position_ids" in out.keys():
+            got = facts.padding("position_ids")[row].reshape(-1, width).tolist()
+            _assert(all(axis == positions for axis in got),
+                    f"padding row position_ids {got} != {positions} on every axis")
+
+
+def prop_other_fields_zero(case: Case, out) -> None:
+    """Every field but the token fields and is_padding is +0 (bitwise) on padding rows."""
+    facts = _Padded(case, out)
+    if facts.count == 0:
+        return
+    for key in facts.tensor_keys():
+        if key in TOKEN_FIELDS or key == "is_padding":
+            continue
+        value = facts.padding(key)
+        _assert(_same_bits(value, torch.zeros_like(value)),
+                f"padding rows of {key} are not +0: {value.tolist()}")
+
+
+def prop_real_rows_roundtrip(case: Case, out) -> None:
+    """For a batch without padding rows, real_rows(pad_to_multiple(td)) equals td on its keys."""
+    td = case.args[0]
+    if "is_padding" in td.keys() and bool(td["is_padding"].any()):
+        return
+    back = _reference.real_rows(out)
+    assert_identical(td, back.select(*td.keys()) if set(back.keys()) != set(td.keys()) else back)
+
+
+def padding_picture(td) -> dict[str, list[str]]:
+    """rl_batch's picture (`.` pad, `p` prompt, `r` response) with padding rows drawn in `e`."""
+    families = rl_batch_picture(td)
+    if "is_padding" in td.keys():
+        for rows in families.values():
+            for i, padding in enumerate(td["is_padding"].tolist()):
+                if padding:
+                    rows[i] = "".join("." if c == "." else "e" for c in rows[i])
+    return families
+
+
+# --------------------------------------------------------------------------- pad pins
+
+
+def _batch(prompts, responses, **kwargs) -> TensorDict:
+    return build_rl_batch(prompts, responses, pad_token_id=0, **kwargs)
+
+
+def _multi_axis(td: TensorDict) -> TensorDict:
+    pos = td["position_ids"]
+    td.set("position_ids", torch.stack([pos, pos, pos + 2 * td["attention_mask"]], dim=1))
+    return td
+
+
+def _flagged(td: TensorDict, flags: list[bool]) -> TensorDict:
+    td.set("is_padding", torch.tensor(flags, dtype=torch.bool))
+    return td
+
+
+def _with_uids(td: TensorDict) -> TensorDict:
+    td.set_non_tensor("uids", [f"u{i}" for i in range(td.batch_size[0])])
+    return td
+
+
+def _expect_padding_row(**fields):
+    def expect(case: Case, out) -> None:
+        for key, want in fields.items():
+            got = out[key][-1].tolist()
+            _assert(got == want, f"padding row {key}: {got} != {want}")
+    return expect
+
+
+PAD_PINS = [
+    Pin("response_mask_other_shape",
+        Case((_batch([[1, 2, 3], [4]], [[5, 6], [7]]), 3), {"eos_token_id": 9}),
+        "padding rows built with the sequence width for response fields (verl #5969): the "
+        "padding row's response_mask must be (R,) zeros, not a (T,) row",
+        _expect_padding_row(input_ids=[0, 0, 0, 9, 9], attention_mask=[0, 0, 0, 1, 1],
+                            response_mask=[0, 0], loss_mask=[0.0, 0.0])),
+    Pin("multi_axis_position_ids",
+        Case((_multi_axis(_batch([[1, 2], [3]], [[4], [5, 6]])), 4), {"eos_token_id": 9}),
+        "1-D position_ids for a padding row in a batch of (B, 3, T) multi-axis RoPE positions",
+        _expect_padding_row(position_ids=[[0, 0, 1]] * 3)),
+    Pin("duplicated_real_rows",
+        Case((_batch([[1, 2], [3], [4, 5]], [[6], [7, 8], [9]], rewards=[1.0, 2.0, 3.0]), 4),
+             {"eos_token_id": 2, "min_length": 3}),
+        "padding by duplicating real rows biases group advantages, gradients and metrics: a "
+        "padding row is synthetic (eos tokens, zero rewards, is_padding)",
+        _expect_padding_row(input_ids=[2, 2, 2], rewards=[0.0, 0.0], is_padding=True)),
+    Pin("two_segment_context_parallel",
+        Case((_batch([[1, 2, 3], [4]], [[5, 6], [7, 8, 9]], layout="two_segment"), 4),
+             {"eos_token_id": 9, "min_length": 4}),
+        "two_segment layout: 2 prompt tokens right-aligned before the response columns, 2 "
+        "response tokens left-aligned after them",
+        _expect_padding_row(input_ids=[0, 9, 9, 9, 9, 0], attention_mask=[0, 1, 1, 1, 1, 0],
+                            position_ids=[0, 0, 1, 2, 3, 3], response_mask=[0, 0, 0])),
+    Pin("existing_is_padding_extended",
+        Case((_flagged(_batch([[1], [2], [3]], [[4], [5], [6]]), [False, True, False]), 2),
+             {"eos_token_id": 2}),
+        "a batch padded before (or after a shuffle) keeps its flags: extend, never overwrite",
+        lambda case, out: _assert(out["is_padding"].tolist() == [False, True, False, True],
+                                  f"is_padding {out['is_padding'].tolist()}")),
+    Pin("uids_as_non_tensor_list",
+        BadCase(Case((_with_uids(_batch([[1], [2], [3]], [[4], [5], [6]])), 2),
+                     {"eos_token_id": 2}), ValueError, "uids: a per-row list"),
+        "a non-tensor per-row list cannot be padded faithfully: reject, never half-pad"),
+    Pin("multiple_zero",
+        BadCase(Case((_batch([[1]], [[2]]), 0), {"eos_token_id": 2}), ValueError,
+                "multiple < 1"), "a multiple must be >= 1"),
+]
+
+# --------------------------------------------------------------------------- real_rows
+
+
+@st.composite
+def real_rows_cases(draw) -> Case:
+    """A batch with padding flags anywhere (after a shuffle they interleave), or none."""
+    td = draw(trainer_batches())
+    batch = td.batch_size[0]
+    if draw(st.integers(0, 4)) == 0:
+        return Case((td.exclude("is_padding"),))
+    flags = draw(st.one_of(st.lists(st.booleans(), min_size=batch, max_size=batch),
+                           st.integers(0, batch).map(lambda k: [False] * (batch - k) + [True] * k)))
+    td.set("is_padding", torch.tensor(flags, dtype=torch.bool))
+    return Case((td,))
+
+
+@st.composite
+def bad_real_rows_cases(draw) -> BadCase:
+    td = _batch([[1], [2]], [[3], [4]])
+    kind = draw(st.sampled_from(["int_flags", "not_td", "uids_list", "no_batch_dim"]))
+    if kind == "int_flags":
+        td.set("is_padding", torch.tensor([0, 1]))
+        return BadCase(Case((td,)), ValueError, "is_padding is not bool")
+    if kind == "uids_list":
+        td.set("is_padding", torch.tensor([False, True]))
+        return BadCase(Case((_with_uids(td),)), ValueError, "a per-row list cannot be filtered")
+    if kind == "no_batch_dim":
+        return BadCase(Case((TensorDict({"x": torch.zeros(2)}, batch_size=[]),)), ValueError,
+                       "no batch dimension")
+    return BadCase(Case(({"input_ids": torch.zeros(2, 2)},)), TypeError, "not a TensorDict")
+
+
+def prop_keeps_real_rows(case: Case, out) -> None:
+    """Exactly the rows with is_padding False, in order, on every field; entries kept."""
+    td = case.args[0]
+    batch = td.batch_size[0]
+    flags = td["is_padding"].tolist() if "is_padding" in td.keys() else [False] * batch
+    keep = torch.tensor([i for i, f in enumerate(flags) if not f], dtype=torch.int64)
+    _assert(out.batch_size[0] == len(keep), f"{out.batch_size[0]} rows, expected {len(keep)}")
+    _assert(set(out.keys()) == set(td.keys()), "keys changed")
+    for key in td.keys():
+        if td.is_non_tensor(key):
+            _assert(out.get_non_tensor(key) == td.get_non_tensor(key), f"{key} changed")
+        else:
+            _assert(_same_bits(out[key], td[key][keep]), f"{key}: not the real rows")
+
+
+REAL_ROWS_PINS = [
+    Pin("interleaved_padding",
+        Case((_flagged(_batch([[1], [2], [3], [4]], [[5], [6], [7], [8]]),
+                       [True, False, True, False]),)),
+        "after a shuffle padding rows sit anywhere: select by flag, never by count",
+        lambda case, out: _assert(out["input_ids"].tolist() == [[2, 6], [4, 8]],
+                                  f"rows {out['input_ids'].tolist()}")),
+]
+
+# --------------------------------------------------------------------------- broadcast
+
+
+@st.composite
+def stepwise_cases(draw) -> Case:
+    """Step-wise trajectories: each trajectory's turns have growing prompts and shrinking
+    responses (anti-correlated), so its steps' response columns differ; masks right-aligned
+    (left layout) or left-aligned, sometimes with interior zeros; rows in any order."""
+    steps = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    right_aligned = draw(st.booleans())
+    lengths, owners = [], []
+    for trajectory, count in enumerate(steps):
+        first = draw(st.integers(0, MAX_PART))
+        shrink = draw(st.lists(st.integers(0, 2), min_size=count, max_size=count))
+        for k in range(count):
+            lengths.append(max(first - sum(shrink[:k]), 0))
+            owners.append(trajectory)
+    width = max(lengths) + draw(st.integers(0, 1))
+    inner = draw(st.one_of(st.just([[1] * n for n in lengths]), hs.mask_rows(lengths)))
+    rows = [[0] * (width - n) + m if right_aligned else m + [0] * (width - n)
+            for n, m in zip(lengths, inner)]
+    order = draw(st.permutations(range(len(rows))))
+    mask = torch.tensor([rows[i] for i in order], dtype=torch.int64).reshape(len(rows), width)
+    mask = mask.to(draw(st.sampled_from([torch.int64, torch.int64, torch.float32, torch.bool])))
+    scalars = draw(st.lists(hs.float32s(), min_size=len(steps), max_size=len(steps) + 1))
+    return Case((scalars, [owners[i] for i in order], mask))
+
+
+@st.composite
+def bad_stepwise_cases(draw) -> BadCase:
+    mask = torch.tensor([[0, 1, 1], [0, 0, 1]])
+    kind = draw(st.sampled_from(["out_of_range", "negative", "count", "mask_3d", "mask_value",
+                                 "not_finite", "float_ids"]))
+    if kind == "out_of_range":
+        return BadCase(Case(([1.0], [0, 1], mask)), ValueError, "traj_ids[1] = 1 >= 1 scalar")
+    if kind == "negative":
+        return BadCase(Case(([1.0, 2.0], [0, -1], mask)), ValueError, "traj_ids[1] < 0")
+    if kind == "count":
+        return BadCase(Case(([1.0], [0, 0, 0], mask)), ValueError, "3 ids for 2 rows")
+    if kind == "mask_3d":
+        return BadCase(Case(([1.0], [0, 0], mask[None])), ValueError, "mask is 3-D")
+    if kind == "mask_value":
+        return BadCase(Case(([1.0], [0, 0], mask * 2)), ValueError, "mask holds 2")
+    if kind == "not_finite":
+        value = draw(st.sampled_from([float("inf"), float("nan"), 1e39]))
+        return BadCase(Case(([value], [0, 0], mask)), ValueError, "a non-finite float32 scalar")
+    return BadCase(Case(([1.0], torch.tensor([0.0, 0.0]), mask)), TypeError, "float traj_ids")
+
+
+def _as_tensors(case: Case) -> Case:
+    scalars, ids, mask = case.args
+    return Case((torch.tensor(scalars, dtype=torch.float32), torch.tensor(ids, dtype=torch.int64),
+                 mask), case.kwargs)
+
+
+def _stepwise_on(case: Case, device: str) -> Case:
+    scalars, ids, mask = _as_tensors(case).args
+    return Case((scalars.to(device), ids.to(device), mask.to(device)), case.kwargs)
+
+
+def prop_support_is_mask(case: Case, adv) -> None:
+    """Off the mask every entry is +0.0 bit for bit (a product would leave -0.0)."""
+    _, _, mask = case.args
+    _assert(adv.dtype == torch.float32 and adv.shape == mask.shape,
+            f"advantages {tuple(adv.shape)} {adv.dtype}, expected {tuple(mask.shape)} float32")
+    off = adv[mask == 0]
+    _assert(_same_bits(off, torch.zeros_like(off)), "an entry off the mask is not +0.0")
+
+
+def prop_trajectory_scalar(case: Case, adv) -> None:
+    """On row i's own mask every entry equals float32(scalars[traj_ids[i]]): the rows of one
+    trajectory differ only by their masks, whatever the columns of each step's response."""
+    scalars, ids, mask = case.args
+    values = torch.tensor(scalars, dtype=torch.float32)
+    for row, trajectory in enumerate(ids):
+        on = adv[row][mask[row] == 1]
+        want = values[trajectory].expand(on.shape)
+        _assert(_same_bits(on, want), f"row {row} (trajectory {trajectory}): {on.tolist()} "
+                                      f"!= {values[trajectory].item()} on its mask")
+
+
+SKYRL_STEPS = Case(([-1.5, 2.0], [0, 0, 1], torch.tensor([[0, 1, 1, 1], [0, 0, 0, 1],
+                                                           [1, 1, 1, 1]])))
+STEPWISE_PINS = [
+    Pin("skyrl_last_step_row", SKYRL_STEPS,
+        "SkyRL before #1507: advantages = last_step_advantages[traj_ids] copies the last step's "
+        "masked row; with right-aligned responses the earlier step got 0 on 2 of its 3 tokens",
+        lambda case, adv: _assert(adv.tolist() == [[0.0, -1.5, -1.5, -1.5], [0.0, 0.0, 0.0, -1.5],
+                                                   [2.0, 2.0, 2.0, 2.0]], f"{adv.tolist()}")),
+    Pin("traj_id_out_of_range",
+        BadCase(Case(([1.0], [0, 1], torch.tensor([[1], [1]]))), ValueError, "traj_ids[1] = 1"),
+        "an index past the scalars must not wrap or read garbage"),
+]
+
+# --------------------------------------------------------------------------- records
+
+REQUIRED_MULTIPLE = register(OpInfo(
+    op="trainer",
+    function="required_multiple",
+    valid=required_multiple_cases(),
+    invalid=bad_required_multiple_cases(),
+    compare=assert_identical,
+    properties=[Property("divisible", prop_divisible, prop_divisible.__doc__),
+                Property("least", prop_least, prop_least.__doc__)],
+    pins=MULTIPLE_PINS,
+    example=MULTIPLE_PINS[0].case,
+    doc="the batch-size multiple for DP shards and PPO mini-batches",
+))
+
+PAD_TO_MULTIPLE = register(OpInfo(
+    op="trainer",
+    function="pad_to_multiple",
+    valid=pad_to_multiple_cases(),
+    invalid=bad_pad_to_multiple_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("batch_size", prop_batch_size, prop_batch_size.__doc__),
+        Property("real_rows_unchanged", prop_real_rows_unchanged, prop_real_rows_unchanged.__doc__),
+        Property("field_shapes", prop_field_shapes, prop_field_shapes.__doc__),
+        Property("is_padding_flags", prop_is_padding_flags, prop_is_padding_flags.__doc__),
+        Property("zero_masked_loss", prop_zero_masked_loss, prop_zero_masked_loss.__doc__),
+        Property("padding_sample_valid", prop_padding_sample_valid,
+                 prop_padding_sample_valid.__doc__),
+        Property("other_fields_zero", prop_other_fields_zero, prop_other_fields_zero.__doc__),
+        Property("real_rows_roundtrip", prop_real_rows_roundtrip,
+                 prop_real_rows_roundtrip.__doc__),
+    ],
+    pins=PAD_PINS,
+    devices=("cpu", "cuda"),
+    to_device=_td_on,
+    picture=padding_picture,
+    example=PAD_PINS[0].case,
+    doc="append synthetic padding samples up to a multiple of the batch size",
+))
+
+REAL_ROWS = register(OpInfo(
+    op="trainer",
+    function="real_rows",
+    valid=real_rows_cases(),
+    invalid=bad_real_rows_cases(),
+    compare=assert_identical,
+    properties=[Property("keeps_real_rows", prop_keeps_real_rows, prop_keeps_real_rows.__doc__)],
+    pins=REAL_ROWS_PINS,
+    devices=("cpu", "cuda"),
+    to_device=lambda case, device: Case((case.args[0].to(device),), case.kwargs),
+    doc="the rows every quality metric must be computed on",
+))
+
+BROADCAST_STEPWISE_ADVANTAGES = register(OpInfo(
+    op="trainer",
+    function="broadcast_stepwise_advantages",
+    valid=stepwise_cases(),
+    invalid=bad_stepwise_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("support_is_mask", prop_support_is_mask, prop_support_is_mask.__doc__),
+        Property("trajectory_scalar", prop_trajectory_scalar, prop_trajectory_scalar.__doc__),
+    ],
+    pins=STEPWISE_PINS,
+    forms={"lists": lambda c: c, "tensors": _as_tensors},
+    devices=("cpu", "cuda"),
+    to_device=_stepwise_on,
+    example=SKYRL_STEPS,
+    doc="one outcome scalar per trajectory onto every step's own response columns",
+))

@@ -1,0 +1,803 @@
+"""Registry records for `varlen` (spec: varlen.md): `pack_varlen`, `unpack_response_logprobs`,
+`unpad`, `repad` (exact, bit for bit) and `response_logprobs` (packed vs dense forwards of tiny
+Llama / Qwen2 / Qwen3 models, compared per token within the dtype's tolerance).
+
+The `response_logprobs` record draws the model (architecture x attention implementation) with the
+tokens: its cases are `harness.models.ModelCase`s, which pass the cached tiny model first.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from harness import strategies as hs
+from harness.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
+from harness.models import VOCAB, ModelCase, ModelSpec, specs
+from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
+from reference import varlen as _reference
+
+MAX_ROWS = hs.MAX_ROWS
+MODEL_MAX_ROWS = 4  # model cases: a few samples of a few tokens keep one example ~10 ms
+MODEL_MAX_LEN = 8
+
+# --------------------------------------------------------------------------- shared strategies
+
+
+def valid_pairs(*, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN):
+    """(p, r) per sample in the shapes of `hs.length_pairs`, made packable: a sample with an empty
+    prompt and a response either gets a one-token prompt or becomes a zero-length sample."""
+    pairs = hs.length_pairs(max_rows=max_rows, max_prompt=max_len, max_response=max_len)
+
+    def repair(drawn):
+        pairs, fixes = drawn
+        return [(p, r) if p > 0 or r == 0 else ((1, r) if fix else (0, 0))
+                for (p, r), fix in zip(pairs, fixes)]
+
+    return pairs.flatmap(lambda ps: st.tuples(
+        st.just(ps), st.lists(st.booleans(), min_size=len(ps), max_size=len(ps)))).map(repair)
+
+
+@st.composite
+def samples(draw, *, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN, vocab: int = hs.VOCAB):
+    """(prompts, responses) as lists of token lists, valid for packing."""
+    pairs = draw(valid_pairs(max_rows=max_rows, max_len=max_len))
+    prompts = draw(hs.token_rows([p for p, _ in pairs], vocab=vocab))
+    responses = draw(hs.token_rows([r for _, r in pairs], vocab=vocab))
+    return prompts, responses
+
+
+def _assert(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def _lengths(case: Case) -> tuple[list[int], list[int]]:
+    prompts, responses = case.args[-2:]
+    return [len(p) for p in prompts], [len(r) for r in responses]
+
+
+def _jagged_form(case: Case, device: str = "cpu") -> Case:
+    prompts, responses = case.args[-2:]
+    head = case.args[:-2]
+    return case.replace(*head, hs.jagged(prompts, torch.int64, device),
+                        hs.jagged(responses, torch.int64, device))
+
+
+def _tensor_form(case: Case) -> Case:
+    prompts, responses = case.args[-2:]
+    return case.replace(*case.args[:-2], hs.tensor_rows(prompts, torch.int64),
+                        hs.tensor_rows(responses, torch.int64))
+
+
+def _int_rows(rows) -> bool:
+    return isinstance(rows, list) and len(rows) > 0 and all(
+        isinstance(row, (list, tuple))
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in row) for row in rows)
+
+
+def _tokens_on(case: Case, device: str) -> Case:
+    """Token lists as jagged tensors on `device` (bad inputs that are not int lists stay as
+    they are, so the defect survives the move)."""
+    if len(case.args) >= 2 and _int_rows(case.args[-2]) and _int_rows(case.args[-1]):
+        return _jagged_form(case, device)
+    return case
+
+
+def _pack_on(case: Case, device: str) -> Case:
+    return _tokens_on(case, device).replace(device=device)
+
+
+def _model_case_on(case: Case, device: str) -> Case:
+    return _tokens_on(case.on(device) if isinstance(case, ModelCase) else case, device)
+
+
+def _tensors_on(case: Case, device: str) -> Case:
+    return case.replace(*(a.to(device) if isinstance(a, torch.Tensor) else a for a in case.args))
+
+
+def describe_samples(case: Case, row: int) -> str:
+    p_lens, r_lens = _lengths(case)
+    if isinstance(case, ModelCase):
+        return f"p={p_lens[row]} r={r_lens[row]} (model {case.model})"
+    return f"packed row of samples p={p_lens} r={r_lens}"
+
+
+# --------------------------------------------------------------------------- pack_varlen
+
+
+@st.composite
+def pack_cases(draw) -> Case:
+    """A valid `pack_varlen` call: lengths first, then tokens, then the tail-pad options."""
+    prompts, responses = draw(samples())
+    kwargs = {}
+    if draw(st.booleans()):
+        kwargs["pad_to_multiple"] = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    if draw(st.booleans()):
+        kwargs["pad_token_id"] = draw(st.sampled_from([0, 1, 49]))
+    return Case((prompts, responses), kwargs)
+
+
+PACK_DEFECTS = ["pad_token_type", "multiple_type", "multiple_zero", "count", "empty",
+                "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row"]
+
+
+@st.composite
+def bad_pack_cases(draw) -> BadCase:
+    """Invalid `pack_varlen` calls, one defect each, with the exception type the spec requires."""
+    prompts, responses = draw(samples())
+    kind = draw(st.sampled_from(PACK_DEFECTS))
+    k = draw(st.integers(0, len(prompts) - 1))
+    if kind == "pad_token_type":
+        value = draw(st.sampled_from([0.0, "0", None, True]))
+        return _bad((prompts, responses), {"pad_token_id": value}, TypeError, "pad_token_id")
+    if kind == "multiple_type":
+        value = draw(st.sampled_from([2.0, "4", True]))
+        return _bad((prompts, responses), {"pad_to_multiple": value}, TypeError, "multiple type")
+    if kind == "multiple_zero":
+        value = draw(st.sampled_from([0, -1]))
+        return _bad((prompts, responses), {"pad_to_multiple": value}, ValueError, "multiple < 1")
+    if kind == "count":
+        return _bad((prompts + [[1]], responses), {}, ValueError, "counts differ")
+    if kind == "empty":
+        return _bad(([], []), {}, ValueError, "empty batch")
+    if kind == "empty_prompt":
+        prompts, responses = list(prompts), list(responses)
+        prompts[k], responses[k] = [], responses[k] or [5]
+        return _bad((prompts, responses), {}, ValueError, f"p == 0 < r in sample {k}")
+    rows = [list(r) for r in prompts]
+    if kind == "float_token":
+        rows[k] = rows[k] + [1.5]
+    elif kind == "bool_token":
+        rows[k] = rows[k] + [True]
+    elif kind == "row_2d":
+        rows[k] = torch.zeros((1, 2), dtype=torch.int64)
+        return _bad((rows, responses), {}, ValueError, f"prompts[{k}] is 2-D")
+    elif kind == "row_str":
+        rows[k] = "abc"
+    else:
+        rows[k] = torch.zeros(2)
+    return _bad((rows, responses), {}, TypeError, f"prompts[{k}]: {kind}")
+
+
+def _bad(args, kwargs, raises, why, model: ModelSpec | None = None) -> BadCase:
+    case = ModelCase(args, kwargs, model=model) if model is not None else Case(args, kwargs)
+    return BadCase(case, raises, why)
+
+
+def pack_picture(td) -> dict[str, list[str]]:
+    """The packed row, one character per column: `p` prompt, `r` response, `.` tail pad."""
+    row = []
+    for p, r in zip(td["prompt_lengths"].tolist(), td["response_lengths"].tolist()):
+        row += ["p"] * p + ["r"] * r
+    row += ["."] * (td["input_ids"].shape[1] - len(row))
+    return {"row": ["".join(row)]}
+
+
+def _pack_geometry(case: Case):
+    """(prompts, responses, per-sample offsets, real length, padded length N)."""
+    prompts, responses = (list(map(list, rows)) for rows in case.args)
+    multiple = case.kwargs.get("pad_to_multiple", 1)
+    offsets, offset = [], 0
+    for p, r in zip(prompts, responses):
+        offsets.append(offset)
+        offset += len(p) + len(r)
+    total = -(-offset // multiple) * multiple
+    return prompts, responses, offsets, offset, total
+
+
+def prop_layout(case: Case, td) -> None:
+    """Keys, shapes and dtypes; sample k is prompt_k + response_k at [off_k, off_k + p_k + r_k);
+    the tail (N = roundup(sum(p + r), pad_to_multiple)) holds pad_token_id; lengths; max_seqlen."""
+    prompts, responses, offsets, real, total = _pack_geometry(case)
+    n_resp = sum(len(r) for r in responses)
+    expected = {"input_ids": ((1, total), torch.int64), "position_ids": ((1, total), torch.int64),
+                "prompt_lengths": ((len(prompts),), torch.int64),
+                "response_lengths": ((len(prompts),), torch.int64),
+                "predict_index": ((n_resp,), torch.int64),
+                "target_index": ((n_resp,), torch.int64),
+                "sample_index": ((n_resp,), torch.int64)}
+    for key, (shape, dtype) in expected.items():
+        _assert(tuple(td[key].shape) == shape and td[key].dtype == dtype,
+                f"{key}: got {tuple(td[key].shape)} {td[key].dtype}, expected {shape} {dtype}")
+    _assert(td["cu_seqlens"].dtype == torch.int32, f"cu_seqlens is {td['cu_seqlens'].dtype}")
+    ids = td["input_ids"][0].tolist()
+    for k, (p, r) in enumerate(zip(prompts, responses)):
+        _assert(ids[offsets[k]:offsets[k] + len(p) + len(r)] == p + r,
+                f"sample {k} is not prompt + response at [{offsets[k]}, "
+                f"{offsets[k] + len(p) + len(r)})")
+    pad_id = case.kwargs.get("pad_token_id", 0)
+    _assert(ids[real:] == [pad_id] * (total - real), f"the tail pad does not hold {pad_id}")
+    _assert(td["prompt_lengths"].tolist() == [len(p) for p in prompts], "prompt_lengths")
+    _assert(td["response_lengths"].tolist() == [len(r) for r in responses], "response_lengths")
+    longest = max([len(p) + len(r) for p, r in zip(prompts, responses)] + [total - real])
+    _assert(td.get_non_tensor("max_seqlen") == longest,
+            f"max_seqlen {td.get_non_tensor('max_seqlen')} != {longest}")
+
+
+def prop_targets_are_responses(case: Case, td) -> None:
+    """input_ids[0, target_index] is every response token, in order; sample_index names its
+    sample."""
+    _, responses = case.args
+    ids = td["input_ids"][0]
+    tokens = ids[td["target_index"]].tolist()
+    _assert(tokens == [t for r in responses for t in r],
+            f"input_ids[target_index] = {tokens} is not the concatenated responses")
+    owners = [k for k, r in enumerate(responses) for _ in r]
+    _assert(td["sample_index"].tolist() == owners, f"sample_index {td['sample_index'].tolist()} "
+            f"!= {owners}")
+
+
+def prop_predict_is_previous_token(case: Case, td) -> None:
+    """predict_index = target_index - 1 inside the same segment: the token before the scored one
+    in the same sample, never the last position of a segment (p == 0 would break this)."""
+    prompts, responses = case.args
+    ids, pos = td["input_ids"][0].tolist(), td["position_ids"][0].tolist()
+    predict, target = td["predict_index"].tolist(), td["target_index"].tolist()
+    i = 0
+    for p, r in zip(prompts, responses):
+        sample = list(p) + list(r)
+        for j in range(len(r)):
+            _assert(0 <= predict[i] < len(ids) and ids[predict[i]] == sample[len(p) - 1 + j],
+                    f"predict_index[{i}] = {predict[i]} does not hold the token before response "
+                    f"token {j} of its sample")
+            _assert(predict[i] == target[i] - 1 and pos[predict[i]] + 1 == pos[target[i]],
+                    f"predict_index[{i}] = {predict[i]} is not in the segment of target "
+                    f"{target[i]} (positions {pos[predict[i]]}, {pos[target[i]]})")
+            i += 1
+
+
+def prop_cu_seqlens(case: Case, td) -> None:
+    """cu_seqlens: int32, 0 first, N last, strictly increasing (no zero-length segment), one
+    boundary per non-empty sample, plus the tail pad only when the pad is > 0."""
+    prompts, responses, _, real, total = _pack_geometry(case)
+    cu = td["cu_seqlens"].tolist()
+    _assert(cu[0] == 0 and cu[-1] == total, f"cu_seqlens {cu} must run from 0 to N = {total}")
+    _assert(all(a < b for a, b in zip(cu, cu[1:])),
+            f"cu_seqlens {cu} is not strictly increasing (a zero-length segment breaks kernels)")
+    nonempty = sum(1 for p, r in zip(prompts, responses) if len(p) + len(r) > 0)
+    want = nonempty + 1 + (1 if total > real else 0)
+    _assert(len(cu) == want, f"cu_seqlens {cu} has {len(cu)} entries, expected {want}")
+
+
+def prop_segments_never_cross(case: Case, td) -> None:
+    """Inside each cu_seqlens segment position_ids run 0, 1, 2, ...; they restart exactly at the
+    boundaries, so attention that splits at restarting positions sees the same segments."""
+    pos = td["position_ids"][0].tolist()
+    cu = td["cu_seqlens"].tolist()
+    for a, b in zip(cu, cu[1:]):
+        _assert(pos[a:b] == list(range(b - a)),
+                f"position_ids[{a}:{b}] = {pos[a:b]} is not 0..{b - a - 1}")
+
+
+PACK_PINS = [
+    Pin("length_one_samples", Case(([[3], [4], [5]], [[], [], []]), {}),
+        "samples of one token (p = 1, r = 0): three segments of length 1, no index entries"),
+    Pin("empty_responses", Case(([[1, 2], [3, 4, 5]], [[], [6]]), {"pad_to_multiple": 4}),
+        "a sample with r == 0 contributes no index, its tokens still occupy the row"),
+    Pin("single_token_prompts", Case(([[7], [8]], [[1, 2], [3]]), {}),
+        "p == 1: the first response token is scored by the logit at the sample's own first "
+        "position (off_k), never the previous sample's"),
+    Pin("zero_length_middle", Case(([[1, 2], [], [3]], [[4], [], [5, 6]]),
+                                   {"pad_to_multiple": 4}),
+        "a zero-length sample occupies nothing and adds no cu_seqlens boundary (a duplicate "
+        "boundary is a zero-length segment that breaks varlen kernels)",
+        lambda case, td: _assert(td["cu_seqlens"].tolist() == [0, 3, 6, 8],
+                                 f"cu_seqlens {td['cu_seqlens'].tolist()} != [0, 3, 6, 8]")),
+    Pin("pad_tail_of_zero", Case(([[1, 2], [3]], [[4], [5, 6, 7]]), {"pad_to_multiple": 7}),
+        "N already a multiple: pad 0 adds no boundary (cu_seqlens [0, 3, 7], not [0, 3, 7, 7])",
+        lambda case, td: _assert(td["cu_seqlens"].tolist() == [0, 3, 7],
+                                 f"cu_seqlens {td['cu_seqlens'].tolist()} != [0, 3, 7]")),
+    Pin("tail_pad_holds_pad_token",
+        Case(([[1, 2], [3]], [[4], [5]]), {"pad_to_multiple": 8, "pad_token_id": 49}),
+        "the tail pad holds pad_token_id (not 0) and is its own segment 0..pad-1",
+        lambda case, td: _assert(td["input_ids"][0, 5:].tolist() == [49, 49, 49]
+                                 and td["position_ids"][0, 5:].tolist() == [0, 1, 2],
+                                 f"tail {td['input_ids'][0, 5:].tolist()} positions "
+                                 f"{td['position_ids'][0, 5:].tolist()}")),
+    Pin("empty_prompt_reads_previous_logit",
+        BadCase(Case(([[1, 2], []], [[3], [4, 5]]), {}), ValueError,
+                "p == 0 < r: predict_index off_k - 1 is the previous sample's last logit"),
+        "p == 0 with r > 0 must be rejected, not scored with the previous sample's logit"),
+]
+
+PACK_EXAMPLE = Case(([[11, 12, 13], [], [21]], [[14, 15], [], [22]]), {"pad_to_multiple": 4})
+
+PACK_VARLEN = register(OpInfo(
+    op="varlen",
+    function="pack_varlen",
+    valid=pack_cases(),
+    invalid=bad_pack_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("layout", prop_layout, prop_layout.__doc__),
+        Property("targets_are_responses", prop_targets_are_responses,
+                 prop_targets_are_responses.__doc__),
+        Property("predict_is_previous_token", prop_predict_is_previous_token,
+                 prop_predict_is_previous_token.__doc__),
+        Property("cu_seqlens", prop_cu_seqlens, prop_cu_seqlens.__doc__),
+        Property("segments_never_cross", prop_segments_never_cross,
+                 prop_segments_never_cross.__doc__),
+    ],
+    pins=PACK_PINS,
+    forms={"lists": lambda c: c, "tensors": _tensor_form, "jagged": _jagged_form},
+    devices=("cpu", "cuda"),
+    to_device=_pack_on,
+    describe_row=describe_samples,
+    picture=pack_picture,
+    example=PACK_EXAMPLE,
+    targets=lambda case: {"samples": len(case.args[0])},
+    doc="prompts + responses → one packed row: restarting position_ids, cu_seqlens, indices",
+))
+
+# --------------------------------------------------------------------------- unpack
+
+
+@st.composite
+def unpack_cases(draw) -> Case:
+    """A packed row (from the reference packer) and flat logprobs in one of the three shapes."""
+    prompts, responses = draw(samples())
+    packed = _reference.pack_varlen(prompts, responses,
+                                    pad_to_multiple=draw(st.sampled_from([1, 4])))
+    count, total = packed["predict_index"].shape[0], packed["input_ids"].shape[1]
+    shape = draw(st.sampled_from(["per_token", "per_position", "per_position_2d"]))
+    size = count if shape == "per_token" else total
+    values = torch.tensor(draw(hs.float_rows([size]))[0], dtype=torch.float32)
+    values = values.to(draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float64])))
+    if shape == "per_position_2d":
+        values = values.reshape(1, total)
+    kwargs = {}
+    if draw(st.booleans()):
+        kwargs["width"] = max(len(r) for r in responses) + draw(st.integers(0, 2))
+    return Case((values, packed), kwargs)
+
+
+@st.composite
+def bad_unpack_cases(draw) -> BadCase:
+    good = draw(unpack_cases())
+    values, packed = good.args
+    count = packed["predict_index"].shape[0]
+    kind = draw(st.sampled_from(["not_tensor", "int_values", "wrong_size", "narrow", "width_type",
+                                 "not_packed", "missing_key"]))
+    if kind == "not_tensor":
+        return BadCase(Case((values.tolist(), packed)), TypeError, "flat_logprobs is a list")
+    if kind == "int_values":
+        return BadCase(Case((values.to(torch.int64), packed)), TypeError, "integer logprobs")
+    if kind == "wrong_size":
+        return BadCase(Case((torch.zeros(count + packed["input_ids"].shape[1] + 1), packed)),
+                       ValueError, "no value per index nor per position")
+    if kind == "narrow" and count > 0:
+        width = int(packed["response_lengths"].max()) - 1
+        return BadCase(Case((values, packed), {"width": width}), ValueError, "width too small")
+    if kind == "width_type":
+        return BadCase(Case((values, packed), {"width": 3.0}), TypeError, "width is a float")
+    if kind == "not_packed":
+        return BadCase(Case((values, packed.to_dict())), TypeError, "packed is a dict")
+    return BadCase(Case((values, packed.exclude("predict_index"))), ValueError,
+                   "packed lacks predict_index")
+
+
+def prop_right_aligned(case: Case, out) -> None:
+    """(B, width) float32: sample k's values (flat_logprobs per token, or gathered at
+    predict_index) in its last r_k columns, in order; +0.0 everywhere else."""
+    values, packed = case.args
+    lengths = packed["response_lengths"].tolist()
+    width = case.kwargs.get("width", max(lengths))
+    flat = values.reshape(-1).float()
+    if values.numel() != len(packed["predict_index"]):
+        flat = flat[packed["predict_index"]]
+    _assert(out.dtype == torch.float32 and tuple(out.shape) == (len(lengths), width),
+            f"got {tuple(out.shape)} {out.dtype}, expected ({len(lengths)}, {width}) float32")
+    start = 0
+    for k, r in enumerate(lengths):
+        want = torch.cat([torch.zeros(width - r), flat[start:start + r]])
+        _assert(torch.equal(out[k].view(torch.int32), want.view(torch.int32)),
+                f"row {k}: {out[k].tolist()} != {want.tolist()} (bitwise, right-aligned)")
+        start += r
+
+
+UNPACK_PINS = [
+    Pin("empty_response_keeps_zero_row",
+        Case((torch.tensor([-1.0, -2.0, -3.0]),
+              _reference.pack_varlen([[1], [2, 3], [4]], [[5, 6], [], [7]])), {}),
+        "r == 0: nothing is written in that row (the `x[-0:]` slice writes the whole row)"),
+    Pin("per_position_logits_at_predict_index",
+        Case((torch.arange(-7.0, 0.0), _reference.pack_varlen([[1, 2], [3]], [[4, 5], [6, 7]])),
+             {}),
+        "a per-position tensor is read at predict_index (the logit before the token), not at "
+        "target_index",
+        lambda case, out: _assert(out.tolist() == [[-6.0, -5.0], [-3.0, -2.0]],
+                                  f"{out.tolist()} != [[-6, -5], [-3, -2]]")),
+    Pin("flat_logprobs_size_mismatch",
+        BadCase(Case((torch.zeros(5), _reference.pack_varlen([[1, 2], [3]], [[4], [5, 6]]))),
+                ValueError, "5 values for 3 response tokens and 6 positions"),
+        "a flat tensor that is neither per token nor per position must be rejected, not cut"),
+]
+
+UNPACK = register(OpInfo(
+    op="varlen",
+    function="unpack_response_logprobs",
+    valid=unpack_cases(),
+    invalid=bad_unpack_cases(),
+    compare=assert_identical,
+    properties=[Property("right_aligned", prop_right_aligned, prop_right_aligned.__doc__)],
+    pins=UNPACK_PINS,
+    example=UNPACK_PINS[0].case,
+    doc="flat per-token logprobs of a packed row → (B, width) right-aligned float32",
+))
+
+# --------------------------------------------------------------------------- unpad / repad
+
+
+@st.composite
+def masked_tensors(draw) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (B, S, ...) and a 0/1 mask (B, S) — non-contiguous (interior zeros), left- or
+    right-padded, all ones or all zeros; bool or integer."""
+    batch, seqlen = draw(st.integers(0, 4)), draw(st.integers(0, 8))
+    shape = draw(st.sampled_from(["holes", "left", "right", "ones", "zeros"]))
+    if shape == "holes":
+        rows = draw(hs.mask_rows([seqlen] * batch))
+    elif shape in ("ones", "zeros"):
+        rows = [[int(shape == "ones")] * seqlen for _ in range(batch)]
+    else:
+        counts = draw(st.lists(st.integers(0, seqlen), min_size=batch, max_size=batch))
+        rows = [[0] * (seqlen - n) + [1] * n if shape == "left" else [1] * n + [0] * (seqlen - n)
+                for n in counts]
+    mask_dtype = draw(st.sampled_from([torch.bool, torch.int64, torch.int32, torch.uint8]))
+    mask = torch.tensor(rows, dtype=torch.int64).reshape(batch, seqlen).to(mask_dtype)
+    trailing = draw(st.sampled_from([(), (3,), (2, 2)]))
+    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.int64]))
+    generator = draw(hs.generators())
+    x = torch.randn((batch, seqlen, *trailing), generator=generator) * 100
+    return x.to(dtype), mask
+
+
+def unpad_cases() -> st.SearchStrategy[Case]:
+    return masked_tensors().map(lambda xm: Case(xm))
+
+
+@st.composite
+def bad_unpad_cases(draw) -> BadCase:
+    x, mask = draw(masked_tensors())
+    kind = draw(st.sampled_from(["float_mask", "mask_1d", "mask_value", "shape", "x_list",
+                                 "x_1d"]))
+    if kind == "float_mask":
+        return BadCase(Case((x, mask.float())), TypeError, "float mask")
+    if kind == "mask_1d":
+        return BadCase(Case((x, mask.reshape(-1))), ValueError, "1-D mask")
+    if kind == "mask_value":
+        return BadCase(Case((torch.zeros(2, 3), torch.tensor([[1, 0, 2], [1, 1, 1]]))),
+                       ValueError, "mask value 2")
+    if kind == "shape":
+        return BadCase(Case((torch.zeros(x.shape[0] + 1, x.shape[1]), mask)), ValueError,
+                       "x and mask shapes differ")
+    if kind == "x_list":
+        return BadCase(Case((x.tolist(), mask)), TypeError, "x is a list")
+    return BadCase(Case((torch.zeros(3), torch.ones(1, 3, dtype=torch.int64))), ValueError,
+                   "x is 1-D")
+
+
+def prop_unpad_round_trip(case: Case, out) -> None:
+    """values scattered back to `indices` give x where the mask is 1 and 0 elsewhere; indices
+    are the row-major positions of the ones (int64, increasing); values keep x's dtype."""
+    x, mask = case.args
+    values, indices = out[0], out[1]
+    _assert(indices.dtype == torch.int64 and values.dtype == x.dtype,
+            f"indices {indices.dtype} (want int64), values {values.dtype} (want {x.dtype})")
+    want_indices = [i for i, m in enumerate(mask.reshape(-1).tolist()) if m]
+    _assert(indices.tolist() == want_indices, f"indices {indices.tolist()} != {want_indices}")
+    flat = torch.zeros_like(x.reshape(-1, *x.shape[2:]))
+    flat[indices] = values
+    keep = mask.bool().reshape(*mask.shape, *([1] * (x.dim() - 2)))
+    want = torch.where(keep, x, torch.zeros((), dtype=x.dtype))
+    _assert(torch.equal(flat.reshape(x.shape), want), "repad(unpad(x)) != x * mask")
+
+
+def prop_unpad_cu_seqlens(case: Case, out) -> None:
+    """cu_seqlens is int32 [0, cumsum(row sums)]; max_seqlen is the largest row sum, a Python
+    int (0 for an empty batch)."""
+    _, mask = case.args
+    sums = [int(sum(row)) for row in mask.to(torch.int64).tolist()]
+    want = [0]
+    for s in sums:
+        want.append(want[-1] + s)
+    cu, max_seqlen = out[2], out[3]
+    _assert(cu.dtype == torch.int32 and cu.tolist() == want,
+            f"cu_seqlens {cu.tolist()} ({cu.dtype}) != {want} (int32)")
+    _assert(type(max_seqlen) is int and max_seqlen == max(sums, default=0),
+            f"max_seqlen {max_seqlen!r} != {max(sums, default=0)} (a Python int)")
+
+
+HOLES = Case((torch.arange(8.0).reshape(2, 4, 1), torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0]])))
+
+UNPAD_PINS = [
+    Pin("non_contiguous_mask", HOLES,
+        "flash-attn semantics: indices are the row-major positions of every 1, holes included "
+        "(a packer that assumes left-aligned rows takes the first row-sum positions)",
+        lambda case, out: _assert(out[1].tolist() == [0, 2, 3, 5, 6]
+                                  and out[2].tolist() == [0, 3, 5] and out[3] == 3,
+                                  f"indices {out[1].tolist()}, cu_seqlens {out[2].tolist()}, "
+                                  f"max_seqlen {out[3]}")),
+    Pin("all_zero_row", Case((torch.ones(3, 2, 2), torch.tensor([[1, 1], [0, 0], [0, 1]],
+                                                                dtype=torch.bool))),
+        "a row with no tokens repeats its cu_seqlens boundary (flash-attn keeps one entry per "
+        "row, unlike pack_varlen's samples); values are taken from the right rows after it",
+        lambda case, out: _assert(out[2].tolist() == [0, 2, 2, 3],
+                                  f"cu_seqlens {out[2].tolist()} != [0, 2, 2, 3]")),
+    Pin("mask_value_two",
+        BadCase(Case((torch.zeros(2, 3, 1), torch.tensor([[1, 0, 2], [1, 1, 1]]))), ValueError,
+                "flash-attn counts a 2 twice in cu_seqlens but indexes it once"),
+        "a mask value other than 0/1 makes flash-attn's cu_seqlens disagree with its indices"),
+]
+
+UNPAD = register(OpInfo(
+    op="varlen",
+    function="unpad",
+    valid=unpad_cases(),
+    invalid=bad_unpad_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("round_trip", prop_unpad_round_trip, prop_unpad_round_trip.__doc__),
+        Property("cu_seqlens", prop_unpad_cu_seqlens, prop_unpad_cu_seqlens.__doc__),
+    ],
+    pins=UNPAD_PINS,
+    devices=("cpu", "cuda"),
+    to_device=_tensors_on,
+    example=HOLES,
+    doc="flash-attn unpad_input: (values, indices, cu_seqlens, max_seqlen) of the mask's ones",
+))
+
+
+@st.composite
+def repad_cases(draw) -> Case:
+    """The output of unpad, optionally with (values, indices) shuffled together: pad_input
+    accepts indices in any order."""
+    x, mask = draw(masked_tensors())
+    values, indices, _, _ = _reference.unpad(x, mask)
+    if draw(st.booleans()) and indices.numel() > 1:
+        order = torch.randperm(indices.numel(), generator=draw(hs.generators()))
+        values, indices = values[order], indices[order]
+    return Case((values, indices, x.shape[0], x.shape[1]))
+
+
+@st.composite
+def bad_repad_cases(draw) -> BadCase:
+    values, indices, batch, seqlen = draw(repad_cases()).args
+    kind = draw(st.sampled_from(["duplicate", "outside", "float_indices", "indices_2d", "count",
+                                 "negative_batch", "batch_type", "values_list"]))
+    if kind == "duplicate" and indices.numel() > 1:
+        indices = indices.clone()
+        indices[1] = indices[0]
+        return BadCase(Case((values, indices, batch, seqlen)), ValueError, "repeated index")
+    if kind == "outside" and indices.numel() > 0:
+        indices = indices.clone()
+        indices[-1] = batch * seqlen + draw(st.integers(0, 3))
+        return BadCase(Case((values, indices, batch, seqlen)), ValueError, "index >= B*S")
+    if kind == "float_indices":
+        return BadCase(Case((values, indices.float(), batch, seqlen)), TypeError, "float indices")
+    if kind == "indices_2d":
+        return BadCase(Case((values, indices[None], batch, seqlen)), ValueError, "2-D indices")
+    if kind == "count":
+        return BadCase(Case((values, torch.cat([indices, torch.tensor([0])]), batch, seqlen)),
+                       ValueError, "one index too many")
+    if kind == "negative_batch":
+        return BadCase(Case((values, indices, -1, seqlen)), ValueError, "batch < 0")
+    if kind == "batch_type":
+        return BadCase(Case((values, indices, float(batch), seqlen)), TypeError, "batch float")
+    return BadCase(Case((values.tolist(), indices, batch, seqlen)), TypeError, "values a list")
+
+
+def prop_scatter_back(case: Case, out) -> None:
+    """(batch, seqlen, ...) in values' dtype: out[b, s] = values[i] where indices[i] = b*S + s,
+    zero at every other position."""
+    values, indices, batch, seqlen = case.args
+    _assert(tuple(out.shape) == (batch, seqlen, *values.shape[1:]) and out.dtype == values.dtype,
+            f"got {tuple(out.shape)} {out.dtype}")
+    flat = out.reshape(batch * seqlen, *values.shape[1:])
+    placed = dict(zip(indices.tolist(), range(len(indices))))
+    for position in range(batch * seqlen):
+        want = values[placed[position]] if position in placed else torch.zeros_like(flat[0])
+        _assert(torch.equal(flat[position], want),
+                f"position {position} (row {position // max(seqlen, 1)}): {flat[position]} != "
+                f"{want}")
+
+
+REPAD = register(OpInfo(
+    op="varlen",
+    function="repad",
+    valid=repad_cases(),
+    invalid=bad_repad_cases(),
+    compare=assert_identical,
+    properties=[Property("scatter_back", prop_scatter_back, prop_scatter_back.__doc__)],
+    pins=[Pin("duplicate_indices",
+              BadCase(Case((torch.ones(2, 1), torch.tensor([1, 1]), 1, 3)), ValueError,
+                      "two values for one position"),
+              "pad_input silently keeps one of two values written to the same position"),
+          Pin("unsorted_indices",
+              Case((torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([5, 0, 2]), 2, 3)),
+              "pad_input scatters by index, whatever the order of the indices",
+              lambda case, out: _assert(out.reshape(-1).tolist() == [2, 0, 3, 0, 0, 1],
+                                        f"{out.reshape(-1).tolist()}"))],
+    devices=("cpu", "cuda"),
+    to_device=_tensors_on,
+    doc="flash-attn pad_input: scatter unpadded values back into a zero (B, S, ...) tensor",
+))
+
+# --------------------------------------------------------------------------- response_logprobs
+
+MODEL_SPECS = specs()  # every architecture x attention implementation, float32, CPU
+
+
+@st.composite
+def logprob_cases(draw, *, models: list[ModelSpec] = MODEL_SPECS) -> ModelCase:
+    """A tiny model, then a few samples of a few tokens, then the packing options."""
+    model = draw(st.sampled_from(models))
+    prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
+                                      vocab=VOCAB))
+    kwargs = {}
+    if draw(st.booleans()):  # a budget that splits the batch into several micro-batches
+        longest = max(len(p) + len(r) for p, r in zip(prompts, responses))
+        kwargs["max_tokens_per_batch"] = max(1, longest + draw(st.integers(0, 8)))
+    if draw(st.booleans()):
+        kwargs["pad_to_multiple"] = draw(st.sampled_from([1, 4, 8]))
+    if draw(st.integers(0, 3)) == 0:
+        kwargs["packing"] = "mask"
+    return ModelCase((prompts, responses), kwargs, model=model)
+
+
+LOGPROB_DEFECTS = ["empty_prompt", "token_too_large", "negative_token", "over_budget", "packing",
+                   "chunk_size", "with_grad", "not_a_model", "count"]
+
+
+@st.composite
+def bad_logprob_cases(draw) -> BadCase:
+    model = draw(st.sampled_from(MODEL_SPECS))
+    prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
+                                      vocab=VOCAB))
+    prompts, responses = [list(p) for p in prompts], [list(r) for r in responses]
+    k = draw(st.integers(0, len(prompts) - 1))
+    kind = draw(st.sampled_from(LOGPROB_DEFECTS))
+    if kind == "empty_prompt":
+        prompts[k], responses[k] = [], responses[k] or [5]
+        return _bad((prompts, responses), {}, ValueError, f"p == 0 < r in sample {k}", model)
+    if kind in ("token_too_large", "negative_token"):
+        prompts[k] = prompts[k] + [VOCAB if kind == "token_too_large" else -1]
+        return _bad((prompts, responses), {}, ValueError, f"prompts[{k}] outside vocab", model)
+    if kind == "over_budget":
+        prompts[k] = prompts[k] + [1]
+        budget = len(prompts[k]) + len(responses[k]) - 1
+        return _bad((prompts, responses), {"max_tokens_per_batch": budget}, ValueError,
+                    f"sample {k} exceeds the budget", model)
+    if kind == "packing":
+        return _bad((prompts, responses), {"packing": "flash"}, ValueError, "packing", model)
+    if kind == "chunk_size":
+        return _bad((prompts, responses), {"chunk_size": 0}, ValueError, "chunk_size 0", model)
+    if kind == "with_grad":
+        return _bad((prompts, responses), {"with_grad": 1}, TypeError, "with_grad int", model)
+    if kind == "not_a_model":
+        return BadCase(Case((None, prompts, responses)), TypeError, "model is None")
+    return _bad((prompts, responses[:-1] or [[1], [2]]), {}, ValueError, "counts differ", model)
+
+
+def response_mask(case: Case) -> torch.Tensor:
+    """(B, max r) bool: True on the last r_k columns of row k (the right-aligned layout)."""
+    _, r_lens = _lengths(case)
+    width = max(r_lens)
+    return torch.tensor([[j >= width - r for j in range(width)] for r in r_lens],
+                        dtype=torch.bool).reshape(len(r_lens), width)
+
+
+def assert_response_logprobs_close(expected, actual, *, case: Case | None = None,
+                                   **_context) -> dict[str, float]:
+    """The registry comparator of `response_logprobs`: `assert_logprobs_close` per token under the
+    response mask, with the tolerance of the model's dtype; exact zeros off the mask.
+
+    With `case` (the drawn call) the mask and dtype come from it; without, the mask is where the
+    oracle's output is non-zero (a log-probability is never exactly 0 on these models, and
+    off-mask entries must be exactly 0 in both — `prop_zero_off_response` checks the oracle's
+    zeros against the lengths) and the dtype is float32, the registry's models' dtype.
+    """
+    if case is not None and isinstance(case, ModelCase):
+        mask, dtype = response_mask(case), case.model.torch_dtype
+    else:
+        mask, dtype = expected.detach().cpu() != 0, torch.float32
+    try:
+        return assert_logprobs_close(expected, actual, mask, dtype)
+    except Mismatch as err:
+        raise Mismatch(f"{err}\n{_logprob_picture(expected, actual, mask, dtype)}") from None
+
+
+def _logprob_picture(expected, actual, mask, dtype) -> str:
+    """The worst row, one character per column: `.` off the mask, `r` close, `x` beyond tol."""
+    if expected.shape != actual.shape or expected.dim() != 2 or expected.numel() == 0:
+        return "(no picture)"
+    tol = LOGPROB_TOLERANCE[dtype][0]
+    delta = (expected.detach().cpu().double() - actual.detach().cpu().double()).abs()
+    delta = torch.where(mask, delta, torch.zeros((), dtype=delta.dtype))
+    row = int(delta.max(dim=1).values.argmax())
+    marks = ["." if not m else ("x" if d > tol else "r")
+             for m, d in zip(mask[row].tolist(), delta[row].tolist())]
+    return f"row {row}:  {''.join(marks)}   (. off the response, r within tolerance, x beyond)"
+
+
+def prop_zero_off_response(case: Case, out) -> None:
+    """(B, max r) float32; exactly +0.0 left of each row's last r_k columns; finite and <= 0
+    (log-probabilities) on them."""
+    p_lens, r_lens = _lengths(case)
+    mask = response_mask(case)
+    _assert(out.dtype == torch.float32 and tuple(out.shape) == tuple(mask.shape),
+            f"got {tuple(out.shape)} {out.dtype}, expected {tuple(mask.shape)} float32")
+    off = out[~mask]
+    _assert(bool((off.view(torch.int32) == 0).all()),
+            f"off the response the output must be exactly +0.0, got {off.tolist()}")
+    on = out[mask]
+    _assert(bool(torch.isfinite(on).all()) and bool((on <= 0).all()),
+            f"response logprobs must be finite and <= 0, got {on.tolist()}")
+
+
+def prop_samples_isolated(case: Case, out, candidate) -> None:
+    """Scoring the first half and the second half of the batch separately gives the same rows
+    (within the float32 tolerance): a sample's logprobs never depend on its neighbours."""
+    prompts, responses = case.args
+    half = len(prompts) // 2
+    if half == 0:
+        return
+    mask = response_mask(case)
+    for rows in (slice(0, half), slice(half, None)):
+        part = case.replace(prompts[rows], responses[rows]).call(candidate).detach().cpu()
+        width = part.shape[1]
+        whole = out[rows, out.shape[1] - width:]
+        try:
+            assert_logprobs_close(whole, part, mask[rows, out.shape[1] - width:], torch.float32)
+        except Mismatch as err:
+            raise Mismatch(f"samples {rows.start}..{rows.stop or len(prompts)} scored apart "
+                           f"differ from the same samples scored in the full batch (they "
+                           f"attend to their neighbours): {err}") from None
+
+
+def _model_case(prompts, responses, arch="llama", attn="eager", **kwargs) -> ModelCase:
+    return ModelCase((prompts, responses), kwargs, model=ModelSpec(arch, attn))
+
+
+CROSS_SAMPLE = _model_case([[5, 17, 33], [2, 9], [40, 41, 42, 43]],
+                           [[7, 8, 9, 10], [11, 12, 13], [14, 15]])
+
+LOGPROB_PINS = [
+    Pin("cross_sample_attention", CROSS_SAMPLE,
+        "packed forwards must not attend across samples: a cache object (use_cache default), an "
+        "all-ones 2-D mask, non-restarted position_ids or a bool 4-D mask under eager all let "
+        "them (|Δ| 0.1-0.5 on these models)"),
+    Pin("cross_sample_attention_sdpa", _model_case(*CROSS_SAMPLE.args, arch="qwen3", attn="sdpa",
+                                                   max_tokens_per_batch=12, pad_to_multiple=4),
+        "the same under sdpa, split into micro-batches with tail pads"),
+    Pin("empty_responses_and_zero_length_middle",
+        _model_case([[1, 2], [], [3], [4, 5, 6]], [[], [], [7, 8], [9]], arch="qwen2"),
+        "r == 0 rows are all zeros; a zero-length sample in the middle shifts nothing"),
+    Pin("single_token_prompts", _model_case([[7], [8]], [[1, 2, 3], [4]], attn="sdpa"),
+        "p == 1: the first response token is scored by the sample's own first logit"),
+    Pin("empty_prompt_reads_previous_logit",
+        BadCase(ModelCase(([[1, 2], []], [[3], [4, 5]]), {}, model=ModelSpec("llama", "sdpa")),
+                ValueError, "p == 0 < r"),
+        "p == 0 with r > 0 has no logit for its first response token: rejected, never scored with "
+        "the previous sample's last logit"),
+]
+
+RESPONSE_LOGPROBS = register(OpInfo(
+    op="varlen",
+    function="response_logprobs",
+    valid=logprob_cases(),
+    invalid=bad_logprob_cases(),
+    compare=assert_response_logprobs_close,
+    properties=[
+        Property("zero_off_response", prop_zero_off_response, prop_zero_off_response.__doc__),
+        Property("samples_isolated", prop_samples_isolated, prop_samples_isolated.__doc__,
+                 metamorphic=True),
+    ],
+    pins=LOGPROB_PINS,
+    forms={"lists": lambda c: c, "jagged": _jagged_form},
+    devices=("cpu", "cuda"),
+    to_device=_model_case_on,
+    describe_row=describe_samples,
+    example=CROSS_SAMPLE,
+    doc="per-token response logprobs: packed micro-batches vs per-sample dense forwards",
+))

@@ -1,0 +1,524 @@
+"""Bug-zoo entries for `varlen`: packing index arithmetic, flash-attn unpad/repad semantics, and
+the packed forwards that silently let samples attend to each other.
+
+Most entries run the correct `impl` function with one private step swapped for a faulty one
+(`_swapped`), so each stays a few lines long and obviously wrong in exactly one way. The packed
+forward variants (`NEGATIVE_CONTROLS`) are also the negative controls of tests/test_varlen.py,
+which measures their |Δ| against the dense oracle (docs/equivalence.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+
+from harness.zoo import ZooEntry
+from impl import varlen as _impl
+from reference import varlen as _reference
+
+# the correct functions, bound before any entry is planted (planting replaces module attributes)
+_pack = _impl.pack_varlen
+_unpack = _impl.unpack_response_logprobs
+_unpad = _impl.unpad
+_repad = _impl.repad
+_logprobs = _impl.response_logprobs
+_oracle_unpack = _reference.unpack_response_logprobs
+_forward = _impl._forward_position_ids
+
+
+@contextlib.contextmanager
+def _steps_replaced(**steps: Callable) -> Iterator[None]:
+    saved = {name: getattr(_impl, name) for name in steps}
+    try:
+        for name, step in steps.items():
+            setattr(_impl, name, step)
+        yield
+    finally:
+        for name, step in saved.items():
+            setattr(_impl, name, step)
+
+
+def _swapped(function: Callable, **steps: Callable) -> Callable:
+    """`function` (a correct impl function) run with some of impl.varlen's private steps
+    replaced."""
+
+    def replacement(*args, **kwargs):
+        with _steps_replaced(**steps):
+            return function(*args, **kwargs)
+
+    return replacement
+
+
+# --------------------------------------------------------------------------- packing
+
+
+def _samples_accepting_empty_prompts(prompts, responses, device):
+    """`_samples` without the p == 0 < r check: predict_index off_k - 1 reads the previous
+    sample's last position (or, for sample 0, wraps around to the end of the row)."""
+    p_tokens, p_lengths = _impl._flatten(prompts, "prompts", device)
+    r_tokens, r_lengths = _impl._flatten(responses, "responses", device)
+    if p_lengths.shape[0] != r_lengths.shape[0] or p_lengths.shape[0] == 0:
+        raise ValueError("prompts and responses must have the same, non-zero length")
+    return _impl._Samples(p_tokens, r_tokens, p_lengths.to(device), r_lengths.to(device),
+                          p_lengths, r_lengths)
+
+
+def _edited(**edits: Callable) -> Callable:
+    """The correct packer, then `td[key] = edit(td, case arguments)` for each edit."""
+
+    def replacement(prompts, responses, **kwargs):
+        td = _pack(prompts, responses, **kwargs)
+        for key, edit in edits.items():
+            td[key] = edit(td, prompts, responses, kwargs)
+        return td
+
+    return replacement
+
+
+def _boundary_always(td, prompts, responses, kwargs):
+    """cu_seqlens always closes with N, even when the tail pad is 0 (a duplicate boundary)."""
+    cu = td["cu_seqlens"]
+    n = td["input_ids"].shape[1]
+    return cu if int(cu[-1]) != n or len(cu) == 1 else torch.cat([cu, cu[-1:]])
+
+
+def _empty_sample_boundaries(td, prompts, responses, kwargs):
+    """Every sample adds a boundary, zero-length samples too (a zero-length segment)."""
+    lengths = td["prompt_lengths"] + td["response_lengths"]
+    ends = torch.cumsum(lengths, 0).to(torch.int32)
+    n = td["input_ids"].shape[1]
+    tail = ends.new_full((1,), n) if n > int(ends[-1]) else ends[:0]
+    return torch.cat([ends.new_zeros(1), ends, tail])
+
+
+def _predict_is_target(td, prompts, responses, kwargs):
+    """Off by one: each response token 'scored' by its own logit."""
+    return td["target_index"].clone()
+
+
+def _positions_not_restarted(td, prompts, responses, kwargs):
+    """position_ids = arange(N): one long sequence; attention detection sees no boundary."""
+    n = td["input_ids"].shape[1]
+    return torch.arange(n, dtype=torch.int64).reshape(1, n)
+
+
+def _tail_continues_last_sample(td, prompts, responses, kwargs):
+    """The tail pad continues the last sample's positions instead of starting its own segment."""
+    positions = td["position_ids"].clone()
+    real = int((td["prompt_lengths"] + td["response_lengths"]).sum())
+    n = positions.shape[1]
+    last = int(positions[0, real - 1]) + 1 if real else 0
+    positions[0, real:] = torch.arange(last, last + n - real)
+    return positions
+
+
+def _targets_from_prompt_offsets(td, prompts, responses, kwargs):
+    """Sample offsets summed over the prompts only (the responses before it forgotten)."""
+    p, r = td["prompt_lengths"], td["response_lengths"]
+    offsets = torch.cumsum(p, 0) - p
+    owner = td["sample_index"]
+    within = torch.arange(owner.shape[0]) - (torch.cumsum(r, 0) - r)[owner]
+    return offsets[owner] + p[owner] + within
+
+
+def _tail_zero_not_pad_token(td, prompts, responses, kwargs):
+    ids = td["input_ids"].clone()
+    real = int((td["prompt_lengths"] + td["response_lengths"]).sum())
+    ids[0, real:] = 0
+    return ids
+
+
+def _cu_seqlens_int64(td, prompts, responses, kwargs):
+    return td["cu_seqlens"].to(torch.int64)
+
+
+# --------------------------------------------------------------------------- unpack
+
+
+def _left_aligned(flat_logprobs, packed, *, width=None):
+    """Values in the first r_k columns: the pad/prompt side of a right-aligned response tensor."""
+    out = _unpack(flat_logprobs, packed, width=width)
+    lengths = packed["response_lengths"].tolist()
+    return torch.stack([torch.roll(row, r) for row, r in zip(out, lengths)]) if lengths else out
+
+
+def _unpack_cut_to_size(flat_logprobs, packed, *, width=None):
+    """A flat tensor of the wrong size silently cut (or read per position) to fit."""
+    count = packed["predict_index"].shape[0]
+    if flat_logprobs.reshape(-1).shape[0] > count:
+        flat_logprobs = flat_logprobs.reshape(-1)[:count]
+    return _unpack(flat_logprobs, packed, width=width)
+
+
+def _read_at_target(unpack):
+    """A per-position tensor read at target_index (the token) instead of predict_index."""
+
+    def replacement(flat_logprobs, packed, *, width=None):
+        if flat_logprobs.numel() != packed["predict_index"].shape[0]:
+            shifted = packed.clone()
+            shifted["predict_index"] = packed["target_index"].clone()
+            return unpack(flat_logprobs, shifted, width=width)
+        return unpack(flat_logprobs, packed, width=width)
+
+    return replacement
+
+
+# --------------------------------------------------------------------------- unpad / repad
+
+
+def _unpad_contiguous(x, attention_mask):
+    """Indices taken as the first row-sum positions of each row (right-padded rows assumed)."""
+    values, indices, cu_seqlens, max_seqlen = _unpad(x, attention_mask)
+    seqlen = attention_mask.shape[1]
+    sums = attention_mask.to(torch.int64).sum(1)
+    owner = torch.repeat_interleave(torch.arange(sums.shape[0]), sums)
+    within = torch.arange(owner.shape[0]) - (torch.cumsum(sums, 0) - sums)[owner]
+    indices = owner * seqlen + within
+    values = x.reshape(-1, *x.shape[2:])[indices]
+    return values, indices, cu_seqlens, max_seqlen
+
+
+def _unpad_cu_seqlens_padded_right(x, attention_mask):
+    """cu_seqlens = pad(cumsum, (0, 1)): the 0 lands at the end instead of the front."""
+    values, indices, cu_seqlens, max_seqlen = _unpad(x, attention_mask)
+    return values, indices, torch.cat([cu_seqlens[1:], cu_seqlens[:1]]), max_seqlen
+
+
+def _unpad_max_seqlen_tensor(x, attention_mask):
+    values, indices, cu_seqlens, max_seqlen = _unpad(x, attention_mask)
+    return values, indices, cu_seqlens, torch.tensor(max_seqlen)
+
+
+def _unpad_without_validation(x, attention_mask):
+    """flash-attn's unpad_input as is: any non-zero counts as kept in indices, but a 2 counts
+    twice in cu_seqlens."""
+    sums = attention_mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(sums, 0, dtype=torch.int32), (1, 0))
+    max_seqlen = int(sums.max()) if sums.numel() else 0
+    return x.reshape(-1, *x.shape[2:])[indices], indices, cu_seqlens, max_seqlen
+
+
+def _unpad_skips_empty_rows(x, attention_mask):
+    """pack_varlen's rule (no boundary for an empty sample) applied to unpad: rows with no
+    tokens dropped from cu_seqlens, which then has fewer than B + 1 entries."""
+    values, indices, cu_seqlens, max_seqlen = _unpad(x, attention_mask)
+    keep = torch.cat([torch.ones(1, dtype=torch.bool), cu_seqlens[1:] != cu_seqlens[:-1]])
+    return values, indices, cu_seqlens[keep], max_seqlen
+
+
+def _repad_without_validation(values, indices, batch, seqlen):
+    """flash-attn's pad_input as is: duplicate indices keep one of the values silently."""
+    out = values.new_zeros((batch * seqlen, *values.shape[1:]))
+    out[indices] = values
+    return out.reshape(batch, seqlen, *values.shape[1:])
+
+
+def _repad_column_major(values, indices, batch, seqlen):
+    """The flat buffer reshaped as (seqlen, batch) and transposed: rows and columns swapped."""
+    out = _repad(values, indices, batch, seqlen)
+    flat = out.reshape(batch * seqlen, *values.shape[1:])
+    return flat.reshape(seqlen, batch, *values.shape[1:]).transpose(0, 1).contiguous()
+
+
+def _repad_sorted_indices(values, indices, batch, seqlen):
+    """Values written to the sorted indices, in the given order (sorted indices assumed)."""
+    return _repad(values, indices.sort().values, batch, seqlen)
+
+
+# --------------------------------------------------------------------------- packed forwards
+
+
+def _forward_with_cache(model, input_ids, position_ids, keep):
+    """use_cache left at its default: transformers creates a DynamicCache, and with a cache
+    object present it skips packed-sequence detection — every sample attends to the earlier
+    ones."""
+    return model(input_ids=input_ids, position_ids=position_ids, logits_to_keep=keep).logits[0]
+
+
+def _forward_ones_mask(model, input_ids, position_ids, keep):
+    """An all-ones 2-D attention_mask passed with the packed row: detection only runs when the
+    mask is None, so the row is one causal sequence."""
+    out = model(input_ids=input_ids, position_ids=position_ids,
+                attention_mask=torch.ones_like(input_ids), use_cache=False, logits_to_keep=keep)
+    return out.logits[0]
+
+
+def _forward_positions_not_restarted(model, input_ids, position_ids, keep):
+    """position_ids = arange(N): no restart, no detected boundary, wrong rotary phases."""
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
+    out = model(input_ids=input_ids, position_ids=positions, attention_mask=None,
+                use_cache=False, logits_to_keep=keep)
+    return out.logits[0]
+
+
+def _forward_bool_block_mask(model, input_ids, position_ids, keep):
+    """The right block-diagonal causal mask as a bool 4-D tensor: sdpa reads it as a mask, but
+    eager *adds* it to the scores (+1 / +0), so every query sees every key."""
+    allowed = _impl._block_causal_mask(position_ids[0], torch.float32) == 0
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=allowed,
+                use_cache=False, logits_to_keep=keep)
+    return out.logits[0]
+
+
+def _forward_at_target(model, input_ids, position_ids, keep):
+    """Logits taken at target_index: each token scored by the logit after it."""
+    return _forward(model, input_ids, position_ids, keep + 1)
+
+
+NEGATIVE_CONTROLS: dict[str, Callable] = {
+    "use_cache_default": _forward_with_cache,
+    "all_ones_2d_mask": _forward_ones_mask,
+    "positions_not_restarted": _forward_positions_not_restarted,
+    "bool_4d_mask": _forward_bool_block_mask,
+}
+
+
+def logprobs_with_forward(forward: Callable) -> Callable:
+    """`response_logprobs` whose packed forward (packing="position_ids") is `forward`."""
+    return _swapped(_logprobs, _forward_position_ids=forward)
+
+
+def _logprobs_rows_of_kept_samples(model, prompts, responses, **kwargs):
+    """Samples without a response skipped, and the scored rows stacked from the top: every row
+    after a skipped sample holds the next sample's logprobs."""
+    out = _logprobs(model, prompts, responses, **kwargs)
+    kept = [k for k, r in enumerate(responses) if len(r) > 0]
+    shifted = torch.zeros_like(out)
+    shifted[:len(kept)] = out[kept]
+    return shifted
+
+
+def _logprobs_left_aligned(model, prompts, responses, **kwargs):
+    out = _logprobs(model, prompts, responses, **kwargs)
+    lengths = [len(r) for r in responses]
+    return torch.stack([torch.roll(row, r) for row, r in zip(out, lengths)])
+
+
+# --------------------------------------------------------------------------- entries
+
+_CROSS = ("equivalence", "property:samples_isolated", "pin:cross_sample_attention")
+_CROSS_SDPA = (*_CROSS, "pin:cross_sample_attention_sdpa")
+
+ENTRIES = [
+    ZooEntry(
+        name="varlen.empty_prompt_reads_previous_logit",
+        op="varlen", function="pack_varlen",
+        bug="p == 0 < r accepted: predict_index off_k - 1 is the previous sample's last "
+            "position, so its first response token is scored with another sample's logit",
+        killers=("errors", "pin:empty_prompt_reads_previous_logit"),
+        replacement=_swapped(_pack, _samples=_samples_accepting_empty_prompts),
+    ),
+    ZooEntry(
+        name="varlen.duplicate_tail_boundary",
+        op="varlen", function="pack_varlen",
+        bug="cu_seqlens closed with N even when the tail pad is 0: a duplicate boundary, a "
+            "zero-length segment that breaks flash-attn varlen kernels",
+        killers=("property:cu_seqlens", "pin:pad_tail_of_zero", "equivalence"),
+        replacement=_edited(cu_seqlens=_boundary_always),
+    ),
+    ZooEntry(
+        name="varlen.empty_sample_boundary",
+        op="varlen", function="pack_varlen",
+        bug="a zero-length sample adds a cu_seqlens boundary (a zero-length segment)",
+        killers=("property:cu_seqlens", "pin:zero_length_middle", "equivalence"),
+        replacement=_edited(cu_seqlens=_empty_sample_boundaries),
+    ),
+    ZooEntry(
+        name="varlen.predict_equals_target",
+        op="varlen", function="pack_varlen",
+        bug="off by one: predict_index == target_index, each token scored by its own logit",
+        killers=("property:predict_is_previous_token", "equivalence"),
+        replacement=_edited(predict_index=_predict_is_target),
+    ),
+    ZooEntry(
+        name="varlen.pack_positions_not_restarted",
+        op="varlen", function="pack_varlen",
+        bug="position_ids = arange(N) over the packed row: no restart per sample",
+        killers=("property:segments_never_cross", "equivalence"),
+        replacement=_edited(position_ids=_positions_not_restarted),
+    ),
+    ZooEntry(
+        name="varlen.tail_pad_continues_last_sample",
+        op="varlen", function="pack_varlen",
+        bug="the tail pad continues the last sample's positions: padding joins its segment",
+        killers=("property:segments_never_cross", "pin:tail_pad_holds_pad_token", "equivalence"),
+        replacement=_edited(position_ids=_tail_continues_last_sample),
+    ),
+    ZooEntry(
+        name="varlen.targets_from_prompt_offsets",
+        op="varlen", function="pack_varlen",
+        bug="sample offsets summed over prompt lengths only: target_index points into the "
+            "wrong sample",
+        killers=("property:targets_are_responses", "equivalence"),
+        replacement=_edited(target_index=_targets_from_prompt_offsets),
+    ),
+    ZooEntry(
+        name="varlen.tail_pad_zero_not_pad_token",
+        op="varlen", function="pack_varlen",
+        bug="the tail pad filled with 0 instead of pad_token_id",
+        killers=("property:layout", "pin:tail_pad_holds_pad_token", "equivalence"),
+        replacement=_edited(input_ids=_tail_zero_not_pad_token),
+    ),
+    ZooEntry(
+        name="varlen.cu_seqlens_int64",
+        op="varlen", function="pack_varlen",
+        bug="cu_seqlens left int64 by cumsum (flash-attn varlen kernels require int32)",
+        killers=("property:layout", "equivalence"),
+        replacement=_edited(cu_seqlens=_cu_seqlens_int64),
+    ),
+    ZooEntry(
+        name="varlen.unpack_cut_to_size",
+        op="varlen", function="unpack_response_logprobs",
+        bug="a flat tensor of the wrong size cut to fit instead of rejected",
+        killers=("errors", "pin:flat_logprobs_size_mismatch"),
+        replacement=_unpack_cut_to_size,
+    ),
+    ZooEntry(
+        name="varlen.unpack_left_aligned",
+        op="varlen", function="unpack_response_logprobs",
+        bug="logprobs written into the first r_k columns of a right-aligned response tensor",
+        killers=("property:right_aligned", "equivalence"),
+        replacement=_left_aligned,
+    ),
+    ZooEntry(
+        name="varlen.unpack_reads_target_index",
+        op="varlen", function="unpack_response_logprobs",
+        bug="per-position logprobs read at target_index: each token gets the next token's "
+            "logit row",
+        killers=("pin:per_position_logits_at_predict_index", "property:right_aligned",
+                 "equivalence"),
+        replacement=_read_at_target(_unpack),
+    ),
+    ZooEntry(
+        name="varlen.oracle_unpack_reads_target_index",
+        op="varlen", function="unpack_response_logprobs",
+        bug="the same read in the oracle itself: only the property and the pin see it",
+        killers=("pin:per_position_logits_at_predict_index", "property:right_aligned"),
+        replacement=_read_at_target(_oracle_unpack),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="varlen.unpad_assumes_contiguous_mask",
+        op="varlen", function="unpad",
+        bug="indices taken as the first row-sum positions of each row: wrong on masks with "
+            "holes or left padding (flash-attn uses nonzero over the flat mask)",
+        killers=("property:round_trip", "pin:non_contiguous_mask", "equivalence"),
+        replacement=_unpad_contiguous,
+    ),
+    ZooEntry(
+        name="varlen.unpad_without_validation",
+        op="varlen", function="unpad",
+        bug="flash-attn's unpad_input unchecked: a mask value 2 is counted twice in cu_seqlens "
+            "but indexed once",
+        killers=("errors", "pin:mask_value_two"),
+        replacement=_unpad_without_validation,
+    ),
+    ZooEntry(
+        name="varlen.unpad_skips_empty_rows",
+        op="varlen", function="unpad",
+        bug="empty rows dropped from cu_seqlens (pack_varlen's rule for samples): B + 1 entries "
+            "expected by every kernel that indexes cu_seqlens by row",
+        killers=("property:cu_seqlens", "pin:all_zero_row", "equivalence"),
+        replacement=_unpad_skips_empty_rows,
+    ),
+    ZooEntry(
+        name="varlen.unpad_cu_seqlens_zero_at_end",
+        op="varlen", function="unpad",
+        bug="F.pad(cumsum, (0, 1)) instead of (1, 0): the leading 0 of cu_seqlens at the end",
+        killers=("property:cu_seqlens", "equivalence"),
+        replacement=_unpad_cu_seqlens_padded_right,
+    ),
+    ZooEntry(
+        name="varlen.unpad_max_seqlen_tensor",
+        op="varlen", function="unpad",
+        bug="max_seqlen returned as a 0-d tensor (flash-attn wants a Python int: .item())",
+        killers=("property:cu_seqlens", "equivalence"),
+        replacement=_unpad_max_seqlen_tensor,
+    ),
+    ZooEntry(
+        name="varlen.repad_without_validation",
+        op="varlen", function="repad",
+        bug="flash-attn's pad_input unchecked: duplicate indices keep one value silently",
+        killers=("errors", "pin:duplicate_indices"),
+        replacement=_repad_without_validation,
+    ),
+    ZooEntry(
+        name="varlen.repad_column_major",
+        op="varlen", function="repad",
+        bug="the flat buffer reshaped (seqlen, batch) and transposed: values in the wrong rows",
+        killers=("property:scatter_back", "equivalence"),
+        replacement=_repad_column_major,
+    ),
+    ZooEntry(
+        name="varlen.repad_assumes_sorted_indices",
+        op="varlen", function="repad",
+        bug="values written to the sorted indices: wrong whenever indices come unsorted",
+        killers=("property:scatter_back", "pin:unsorted_indices", "equivalence"),
+        replacement=_repad_sorted_indices,
+    ),
+    ZooEntry(
+        name="varlen.use_cache_default",
+        op="varlen", function="response_logprobs",
+        bug="use_cache left at its default: with a cache object transformers skips "
+            "packed-sequence detection and the samples attend to each other",
+        reference="transformers masking_utils._preprocess_mask_arguments (detection only when "
+                  "attention_mask is None and past_key_values is None)",
+        killers=_CROSS_SDPA,
+        replacement=logprobs_with_forward(_forward_with_cache),
+    ),
+    ZooEntry(
+        name="varlen.all_ones_2d_mask",
+        op="varlen", function="response_logprobs",
+        bug="an all-ones 2-D attention_mask passed with the packed row: no detection, one causal "
+            "sequence across samples",
+        killers=_CROSS_SDPA,
+        replacement=logprobs_with_forward(_forward_ones_mask),
+    ),
+    ZooEntry(
+        name="varlen.positions_not_restarted",
+        op="varlen", function="response_logprobs",
+        bug="position_ids not restarted per sample: no boundary detected, wrong rotary phases",
+        killers=_CROSS_SDPA,
+        replacement=logprobs_with_forward(_forward_positions_not_restarted),
+    ),
+    ZooEntry(
+        name="varlen.bool_4d_mask_eager",
+        op="varlen", function="response_logprobs",
+        bug="a bool 4-D block mask: read correctly by sdpa, added (+1/+0) to the scores by eager",
+        killers=_CROSS,
+        replacement=logprobs_with_forward(_forward_bool_block_mask),
+    ),
+    ZooEntry(
+        name="varlen.logprobs_at_target_index",
+        op="varlen", function="response_logprobs",
+        bug="logits gathered at target_index: each token scored by the logit that predicts the "
+            "next one",
+        killers=("equivalence", "pin:single_token_prompts"),
+        replacement=logprobs_with_forward(_forward_at_target),
+    ),
+    ZooEntry(
+        name="varlen.logprobs_empty_prompt_reads_previous_logit",
+        op="varlen", function="response_logprobs",
+        bug="p == 0 < r scored: the first response token gets the previous sample's last logit",
+        killers=("errors", "pin:empty_prompt_reads_previous_logit"),
+        replacement=_swapped(_logprobs, _samples=_samples_accepting_empty_prompts),
+    ),
+    ZooEntry(
+        name="varlen.logprobs_rows_of_kept_samples",
+        op="varlen", function="response_logprobs",
+        bug="samples without a response skipped and the scored rows stacked from the top: rows "
+            "after an empty response belong to the next sample",
+        killers=("equivalence", "pin:empty_responses_and_zero_length_middle"),
+        replacement=_logprobs_rows_of_kept_samples,
+    ),
+    ZooEntry(
+        name="varlen.logprobs_left_aligned",
+        op="varlen", function="response_logprobs",
+        bug="response logprobs left-aligned in the (B, max r) tensor",
+        killers=("property:zero_off_response", "equivalence"),
+        replacement=_logprobs_left_aligned,
+    ),
+]

@@ -1,0 +1,348 @@
+"""Optimized `balance` (spec: balance.md): identical results to `reference/balance.py`.
+
+Karmarkar–Karp keeps the reference's exact order with a cheaper representation:
+
+- Two different sets are never equal in the spec's set order, because their item lists are
+  disjoint: once (sum, count) tie, the lexicographic comparison of the item lists is decided by
+  their first items' indices. A set is therefore the flat tuple
+
+      (sum, count, first_index, head, tail)        empty set: (0, 0, -1, -1, -1)
+
+  and Python compares it natively in the spec's order.
+- Items live in one linked list (`following[index]`), so merging two sets is O(1) (link the tail
+  of A's set to the head of B's) instead of copying item lists; indices are read out once at the
+  end, in insertion order.
+- The priority queue holds `(-spread, -sum0, -count0, -first0, sets)`: unique keys (the first
+  index is unique), so the heap never compares the set lists.
+
+Sums use the same Python additions in the same order as the reference, so ties break identically
+for ints and floats alike.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from impl.sft import ffd_bins
+
+_EMPTY = (0, 0, -1, -1, -1)
+
+
+def karmarkar_karp(values, k, *, equal_size=False) -> list[list[int]]:
+    """Split indices of `values` into `k` sets with close sums (largest differencing method)."""
+    values = _values(values, "values")
+    _positive_int(k, "k")
+    n = len(values)
+    if k > n:
+        raise ValueError(f"k={k} is larger than the number of values ({n})")
+    if equal_size and n % k != 0:
+        raise ValueError(f"equal_size needs len(values) divisible by k, got {n} values and k={k}")
+
+    order = sorted(range(n), key=lambda i: (values[i], i))
+    heap = _initial_states(values, order, k, equal_size)
+    heapq.heapify(heap)
+    following = [-1] * n  # the linked list of items: following[index] = next index in its set
+    while len(heap) > 1:
+        sets_a = heapq.heappop(heap)[4]
+        sets_b = heapq.heappop(heap)[4]
+        heapq.heappush(heap, _entry(_merge(sets_a, sets_b, following)))
+    return [_read_items(s, following) for s in heap[0][4]]
+
+
+def _merge(sets_a: list[tuple], sets_b: list[tuple], following: list[int]) -> list[tuple]:
+    """A's i-th set with B's (k-1-i)-th, A's items first; sorted descending (set order)."""
+    last = len(sets_a) - 1
+    merged = []
+    for i, a in enumerate(sets_a):
+        b = sets_b[last - i]
+        if b[1] == 0:
+            merged.append(a)
+        elif a[1] == 0:
+            merged.append((0 + b[0], b[1], b[2], b[3], b[4]))
+        else:
+            following[a[4]] = b[3]  # link A's tail to B's head: O(1) concatenation
+            merged.append((a[0] + b[0], a[1] + b[1], a[2], a[3], b[4]))
+    merged.sort(reverse=True)
+    return merged
+
+
+def _initial_states(values, order, k, equal_size) -> list[tuple]:
+    states = []
+    if equal_size:
+        for start in range(0, len(order), k):
+            sets = [(0 + values[i], 1, i, i, i) for i in order[start:start + k]]
+            sets.sort(reverse=True)
+            states.append(_entry(sets))
+    else:
+        empties = [_EMPTY] * (k - 1)
+        for i in order:
+            states.append(_entry([(0 + values[i], 1, i, i, i), *empties]))
+    return states
+
+
+def _entry(sets: list[tuple]) -> tuple:
+    """The heap key: larger spread first, then the larger `sets[0]` (set order)."""
+    top = sets[0]
+    return (-(top[0] - sets[-1][0]), -top[0], -top[1], -top[2], sets)
+
+
+def _read_items(s: tuple, following: list[int]) -> list[int]:
+    out = []
+    index = s[3]
+    for _ in range(s[1]):
+        out.append(index)
+        index = following[index]
+    return out
+
+
+def balanced_partitions(values, k, *, equal_size=False) -> list[list[int]]:
+    """`karmarkar_karp` with each partition's indices sorted ascending; no partition empty."""
+    n = len(_values(values, "values"))
+    if isinstance(k, int) and not isinstance(k, bool) and n < k:
+        raise ValueError(f"cannot make k={k} partitions from {n} values")
+    partitions = karmarkar_karp(values, k, equal_size=equal_size)
+    for number, partition in enumerate(partitions):
+        if not partition:
+            raise ValueError(f"partition {number} of k={k} is empty")
+    return [sorted(p) for p in partitions]
+
+
+def micro_batches(
+    lengths, max_tokens, *, min_count=None, count_multiple=None, group_size=1
+) -> list[list[int]]:
+    """Sample indices per micro-batch; every micro-batch holds at most `max_tokens` tokens."""
+    lengths = _lengths(lengths)
+    _positive_int(max_tokens, "max_tokens")
+    _positive_int(group_size, "group_size")
+    if min_count is not None:
+        _positive_int(min_count, "min_count")
+    if count_multiple is not None:
+        _positive_int(count_multiple, "count_multiple")
+    n = len(lengths)
+    if n % group_size != 0:
+        raise ValueError(f"len(lengths)={n} is not a multiple of group_size={group_size}")
+    longest = max(lengths)
+    if longest > max_tokens:
+        index = lengths.index(longest)
+        raise ValueError(f"lengths[{index}]={longest} exceeds max_tokens={max_tokens}")
+
+    group_sums = _group_sums(lengths, group_size)
+    heaviest = max(group_sums)
+    if heaviest > max_tokens:
+        group = group_sums.index(heaviest)
+        raise ValueError(
+            f"group {group} (samples {group * group_size}..{(group + 1) * group_size - 1}) "
+            f"holds {heaviest} tokens, more than max_tokens={max_tokens}")
+
+    step = count_multiple or 1
+    total = sum(group_sums)
+    count = -(-max(-(-total // max_tokens), min_count or 1) // step) * step
+    fallback = ffd_bins(group_sums, max_tokens, min_bins=min_count or 1, bin_multiple=step)
+    chosen = fallback
+    while count < len(fallback):
+        partitions = balanced_partitions(group_sums, count)
+        if max(sum(group_sums[g] for g in p) for p in partitions) <= max_tokens:
+            chosen = partitions
+            break
+        count += step
+    if group_size == 1:
+        return [sorted(groups) for groups in chosen]
+    return [[g * group_size + s for g in sorted(groups) for s in range(group_size)]
+            for groups in chosen]
+
+
+def _group_sums(lengths: list[int], group_size: int) -> list[int]:
+    if group_size == 1:
+        return lengths
+    return [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
+
+
+def restore_order(outputs, micro_batches):
+    """Undo the micro-batch permutation (one gather with the inverse permutation, on device)."""
+    order, count = _flat_order(micro_batches)
+    rows = _stacked_rows(outputs, count)
+    n = len(order)
+    if rows.shape[0] != n:
+        raise ValueError(f"outputs has {rows.shape[0]} rows, but micro_batches lists {n} indices")
+    device = rows.device if rows.device is not None else torch.device("cpu")
+    perm = torch.tensor(order, dtype=torch.int64, device=device)
+    if n and (int(perm.min()) < 0 or int(perm.max()) >= n
+              or not bool((torch.bincount(perm, minlength=n) == 1).all())):
+        raise ValueError("micro_batches must list every index in range(n) exactly once")
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(n, dtype=torch.int64, device=device)
+    return rows[inverse]
+
+
+def ulysses_pad(length, sp_size) -> int:
+    """Pad tokens that make `length` a multiple of `sp_size`: `(sp - N % sp) % sp`."""
+    if not isinstance(length, int) or isinstance(length, bool):
+        raise TypeError(f"length must be an int, got {type(length).__name__}")
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}")
+    _positive_int(sp_size, "sp_size")
+    return -length % sp_size
+
+
+def pad_for_sequence_parallel(packed, sp_size) -> TensorDict:
+    """Append one pad segment (token 0, positions 0..pad-1) so N is a multiple of `sp_size`."""
+    _check_packed(packed)
+    _positive_int(sp_size, "sp_size")
+    input_ids = packed.get("input_ids")
+    positions = packed.get("position_ids")
+    length = input_ids.shape[-1]
+    pad = -length % sp_size
+    if pad == 0:
+        return packed
+    out = packed.clone(recurse=False)
+    tail_ids = torch.zeros((1, pad), dtype=input_ids.dtype, device=input_ids.device)
+    tail_pos = torch.arange(pad, dtype=positions.dtype, device=positions.device).unsqueeze(0)
+    out.set("input_ids", torch.cat([input_ids, tail_ids], dim=1))
+    out.set("position_ids", torch.cat([positions, tail_pos], dim=1))
+    if "cu_seqlens" in packed.keys():
+        cu = packed.get("cu_seqlens")
+        end = torch.full((1,), length + pad, dtype=cu.dtype, device=cu.device)
+        out.set("cu_seqlens", torch.cat([cu, end]))
+    if "max_seqlen" in packed.keys():
+        out.set_non_tensor("max_seqlen", max(packed.get_non_tensor("max_seqlen"), pad))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# validation (same checks, same order and exception types as the reference)
+
+
+def _positive_int(value, name) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _values(values, name) -> list:
+    if isinstance(values, torch.Tensor):
+        if values.dim() != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(values.shape)}")
+        if values.dtype == torch.bool or values.is_complex():
+            raise TypeError(f"{name} must hold real numbers, got {values.dtype}")
+        if values.is_floating_point():
+            bad = ~torch.isfinite(values) | (values < 0)
+        else:
+            bad = values < 0
+        if bool(bad.any()):
+            index = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{name}[{index}]={values[index].item()} is negative or not finite")
+        return values.tolist()
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__}")
+    values = list(values)
+    if all(type(v) is int for v in values):  # the common case: token counts
+        if values and min(values) < 0:
+            index = values.index(min(values))
+            raise ValueError(f"{name}[{index}]={values[index]} is negative")
+        return values
+    out = []
+    for index, value in enumerate(values):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise TypeError(f"{name}[{index}] must be a real number, got {type(value).__name__}")
+        value = int(value) if isinstance(value, numbers.Integral) else float(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name}[{index}]={value} is not finite")
+        if value < 0:
+            raise ValueError(f"{name}[{index}]={value} is negative")
+        out.append(value)
+    return out
+
+
+def _lengths(lengths) -> list[int]:
+    if isinstance(lengths, torch.Tensor):
+        if lengths.dim() != 1:
+            raise ValueError(f"lengths must be 1-D, got shape {tuple(lengths.shape)}")
+        if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+            raise TypeError(f"lengths must hold integers, got {lengths.dtype}")
+        lengths = lengths.tolist()
+    elif isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of ints, got {type(lengths).__name__}")
+    lengths = list(lengths)
+    if not all(type(v) is int for v in lengths):  # the slow path, in the reference's order
+        for index, length in enumerate(lengths):
+            if not isinstance(length, numbers.Integral) or isinstance(length, bool):
+                raise TypeError(f"lengths[{index}] must be an int, got {type(length).__name__}")
+            if length < 1:
+                raise ValueError(f"lengths[{index}]={length}: every sample needs at least 1 token")
+        lengths = [int(v) for v in lengths]
+    if not lengths:
+        raise ValueError("lengths is empty")
+    shortest = min(lengths)
+    if shortest < 1:
+        index = lengths.index(shortest)
+        raise ValueError(f"lengths[{index}]={shortest}: every sample needs at least 1 token")
+    return lengths
+
+
+def _flat_order(micro_batches) -> tuple[list[int], int]:
+    """Every index in micro-batch order, and the number of micro-batches."""
+    if isinstance(micro_batches, (str, bytes)) or not hasattr(micro_batches, "__iter__"):
+        raise TypeError("micro_batches must be a list of index lists")
+    order: list[int] = []
+    count = 0
+    for j, batch in enumerate(micro_batches):
+        count += 1
+        if isinstance(batch, (str, bytes)) or not hasattr(batch, "__iter__"):
+            raise TypeError(f"micro_batches[{j}] must be a list of ints")
+        batch = list(batch)
+        if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in batch):
+            raise TypeError(f"micro_batches[{j}] must hold ints")
+        order += [int(i) for i in batch]
+    return order, count
+
+
+def _stacked_rows(outputs, count):
+    if isinstance(outputs, (torch.Tensor, TensorDictBase)):
+        rows_dims = outputs.dim() if isinstance(outputs, torch.Tensor) else outputs.batch_dims
+        if rows_dims < 1:
+            raise ValueError("outputs must have a row dimension")
+        return outputs
+    if isinstance(outputs, (list, tuple)):
+        if len(outputs) != count:
+            raise ValueError(
+                f"outputs has {len(outputs)} entries, but there are {count} micro-batches")
+        for j, part in enumerate(outputs):
+            if not isinstance(part, (torch.Tensor, TensorDictBase)):
+                raise TypeError(f"outputs[{j}] must be a tensor or TensorDict, "
+                                f"got {type(part).__name__}")
+        if not outputs:
+            raise ValueError("outputs is empty")
+        return torch.cat(list(outputs), dim=0)
+    raise TypeError(f"outputs must be a tensor, a TensorDict or a list of them, "
+                    f"got {type(outputs).__name__}")
+
+
+def _check_packed(packed) -> None:
+    if not isinstance(packed, TensorDictBase):
+        raise TypeError(f"packed must be a TensorDict, got {type(packed).__name__}")
+    for key in ("input_ids", "position_ids"):
+        if key not in packed.keys():
+            raise ValueError(f"packed has no {key!r}")
+        value = packed.get(key)
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[0] != 1:
+            raise ValueError(f"packed[{key!r}] must be a (1, N) tensor")
+    if packed.get("input_ids").shape != packed.get("position_ids").shape:
+        raise ValueError("packed input_ids and position_ids must have the same shape")
+    length = packed.get("input_ids").shape[-1]
+    for key in packed.keys():
+        if key in ("input_ids", "position_ids") or packed.is_non_tensor(key):
+            continue
+        value = packed.get(key)
+        if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape == (1, length):
+            raise ValueError(f"packed[{key!r}] is a per-token field pad_for_sequence_parallel "
+                             "cannot pad")
+    if "cu_seqlens" in packed.keys():
+        cu = packed.get("cu_seqlens")
+        if cu.dim() != 1 or cu.numel() < 1 or int(cu[-1]) != length:
+            raise ValueError(f"packed cu_seqlens must be 1-D and end at N={length}")

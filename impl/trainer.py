@@ -1,0 +1,297 @@
+"""Optimized `trainer` (spec: trainer.md): identical results to `reference/trainer.py`.
+
+`pad_to_multiple` builds the padding sample once per field with torch ops on the field's device
+(a 0/1 mask row from two comparisons against `arange(T)`, tokens by `where`, positions by
+`cumsum`) and expands it over the padding rows; `real_rows` is one boolean index;
+`broadcast_stepwise_advantages` is one gather and one `where` on the mask's device.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+LAYOUTS = ("left", "two_segment")
+SCALAR_TYPES = (type(None), bool, int, float, str)
+
+
+def required_multiple(
+    dp_size, *, mini_batch_size=None, critic_mini_batch_size=None, n=1, actor_updates=True
+) -> int:
+    """lcm of `dp_size`, `critic_mini_batch_size * n` and (actor updating) `mini_batch_size * n`."""
+    _positive_int(dp_size, "dp_size")
+    _positive_int(n, "n")
+    if mini_batch_size is not None:
+        _positive_int(mini_batch_size, "mini_batch_size")
+    if critic_mini_batch_size is not None:
+        _positive_int(critic_mini_batch_size, "critic_mini_batch_size")
+    if not isinstance(actor_updates, bool):
+        raise TypeError(f"actor_updates must be a bool, got {type(actor_updates).__name__}")
+    sizes = [dp_size]
+    if critic_mini_batch_size is not None:
+        sizes.append(critic_mini_batch_size * n)
+    if actor_updates and mini_batch_size is not None:
+        sizes.append(mini_batch_size * n)
+    return math.lcm(*sizes)
+
+
+def pad_to_multiple(
+    td, multiple, *, eos_token_id, pad_token_id=None, layout=None, min_length=2
+) -> TensorDict:
+    """Append synthetic padding rows so the batch size is a multiple of `multiple`."""
+    start = _padding_start(td, multiple, eos_token_id, pad_token_id, layout, min_length)
+    batch = td.batch_size[0]
+    count = -batch % multiple
+    if count == 0:
+        return td
+    pad_token_id = pad_token_id if pad_token_id is not None else td.get_non_tensor("pad_token_id")
+    width = td.get("input_ids").shape[1]
+
+    out = TensorDict({}, batch_size=[batch + count], device=td.device)
+    for key in td.keys():
+        if td.is_non_tensor(key):
+            out.set_non_tensor(key, td.get_non_tensor(key))
+            continue
+        value = td.get(key)
+        trailing = tuple(value.shape[1:])
+        if key in ("input_ids", "attention_mask", "position_ids"):
+            mask = _mask_row(width, start, min_length, value.device)
+            row = _token_row(key, mask, eos_token_id, pad_token_id).to(value.dtype)
+            extra = row.expand((count,) + trailing)
+        elif key == "is_padding":
+            extra = torch.ones(count, dtype=value.dtype, device=value.device)
+        else:
+            extra = torch.zeros((count,) + trailing, dtype=value.dtype, device=value.device)
+        out.set(key, torch.cat([value, extra], dim=0))
+    if "is_padding" not in td.keys():
+        device = _device(td)
+        flags = torch.arange(batch + count, device=device) >= batch
+        out.set("is_padding", flags)
+    return out
+
+
+def _mask_row(width: int, start: int, length: int, device) -> torch.Tensor:
+    columns = torch.arange(width, device=device)
+    return ((columns >= start) & (columns < start + length)).to(torch.int64)
+
+
+def _token_row(key: str, mask: torch.Tensor, eos: int, pad: int) -> torch.Tensor:
+    if key == "input_ids":
+        return torch.where(mask == 1, eos, pad)
+    if key == "attention_mask":
+        return mask
+    return (torch.cumsum(mask, 0) - 1).clamp_(min=0)
+
+
+def real_rows(td) -> TensorDict:
+    """The rows with `is_padding == False` (the batch itself when there is no `is_padding`)."""
+    if not isinstance(td, TensorDictBase):
+        raise TypeError(f"td must be a TensorDict, got {type(td).__name__}")
+    if td.batch_dims != 1:
+        raise ValueError(f"td must have one batch dimension, got batch_size {list(td.batch_size)}")
+    if "is_padding" not in td.keys():
+        return td
+    flags = _is_padding(td)
+    _check_fields(td)
+    return td[~flags]
+
+
+def broadcast_stepwise_advantages(scalars, traj_ids, response_mask) -> torch.Tensor:
+    """`adv[i, j] = scalars[traj_ids[i]]` where `response_mask[i, j] == 1`, else +0.0; float32."""
+    _check_response_mask(response_mask)
+    device = response_mask.device
+    ids = _traj_ids(traj_ids, response_mask.shape[0], device)
+    values = _scalars(scalars, device)
+    if ids.numel():
+        bad = (ids < 0) | (ids >= values.shape[0])
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0, 0])
+            raise ValueError(f"traj_ids[{row}]={int(ids[row])} is out of range for "
+                             f"{values.shape[0]} trajectory scalars")
+    per_row = values[ids].unsqueeze(1)
+    return torch.where(response_mask == 1, per_row, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# validation (same checks, same order and exception types as the reference)
+
+
+def _padding_start(td, multiple, eos_token_id, pad_token_id, layout, min_length) -> int:
+    """Validate everything and return the first column of the padding sample's real tokens."""
+    if not isinstance(td, TensorDictBase):
+        raise TypeError(f"td must be a TensorDict, got {type(td).__name__}")
+    if td.batch_dims != 1:
+        raise ValueError(f"td must have one batch dimension, got batch_size {list(td.batch_size)}")
+    _positive_int(multiple, "multiple")
+    _int(eos_token_id, "eos_token_id")
+    _int(min_length, "min_length")
+    if min_length < 2:
+        raise ValueError(f"min_length must be >= 2, got {min_length}")
+    layout = _entry(td, "layout", layout)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    _int(_entry(td, "pad_token_id", pad_token_id), "pad_token_id")
+    _check_fields(td)
+
+    batch = td.batch_size[0]
+    if "input_ids" not in td.keys():
+        raise ValueError("td has no 'input_ids' field")
+    input_ids = td.get("input_ids")
+    if input_ids.dim() != 2:
+        raise ValueError(f"td['input_ids'] must be (B, T), got {tuple(input_ids.shape)}")
+    width = input_ids.shape[1]
+    if "attention_mask" in td.keys() and tuple(td.get("attention_mask").shape) != (batch, width):
+        raise ValueError(f"td['attention_mask'] must have the shape of input_ids {(batch, width)}, "
+                         f"got {tuple(td.get('attention_mask').shape)}")
+    if "position_ids" in td.keys():
+        shape = tuple(td.get("position_ids").shape)
+        if len(shape) not in (2, 3) or shape[-1] != width:
+            raise ValueError(f"td['position_ids'] must be (B, T) or (B, C, T) with T={width}, "
+                             f"got {shape}")
+    if "is_padding" in td.keys():
+        _is_padding(td)
+
+    response_width = _response_width(td)
+    if response_width > width:
+        raise ValueError(f"response width {response_width} is wider than the sequence ({width})")
+    response_tokens = min_length // 2 if response_width > 0 else 0
+    prompt_tokens = min_length - response_tokens
+    if layout == "left":
+        fits = min_length <= width and response_tokens <= response_width
+        start = width - min_length
+    else:
+        prompt_width = width - response_width
+        fits = prompt_tokens <= prompt_width and response_tokens <= response_width
+        start = prompt_width - prompt_tokens
+    if not fits:
+        raise ValueError(
+            f"min_length={min_length} ({prompt_tokens} prompt + {response_tokens} response "
+            f"tokens) is wider than the batch (T={width}, R={response_width}, layout {layout!r})")
+    return start
+
+
+def _response_width(td) -> int:
+    if "response_mask" in td.keys():
+        mask = td.get("response_mask")
+        if mask.dim() != 2:
+            raise ValueError(f"td['response_mask'] must be (B, R), got {tuple(mask.shape)}")
+        return mask.shape[1]
+    if "max_response_length" in td.keys() and td.is_non_tensor("max_response_length"):
+        value = td.get_non_tensor("max_response_length")
+        _int(value, "max_response_length")
+        if value < 0:
+            raise ValueError(f"max_response_length must be >= 0, got {value}")
+        return value
+    return 0
+
+
+def _check_fields(td) -> None:
+    for key in td.keys():
+        if td.is_non_tensor(key):
+            value = td.get_non_tensor(key)
+            if not isinstance(value, SCALAR_TYPES):
+                raise ValueError(
+                    f"td[{key!r}] is non-tensor data of type {type(value).__name__}: per-row "
+                    "lists cannot be padded faithfully; store them as tensors")
+            continue
+        value = td.get(key)
+        if isinstance(value, TensorDictBase):
+            raise ValueError(f"td[{key!r}] is a nested TensorDict, which cannot be padded "
+                             "faithfully; flatten it first")
+        if not isinstance(value, torch.Tensor) or value.is_nested or value.layout != torch.strided:
+            raise ValueError(f"td[{key!r}] is not a dense tensor ({type(value).__name__}); "
+                             "it cannot be padded faithfully")
+
+
+def _is_padding(td) -> torch.Tensor:
+    flags = td.get("is_padding")
+    if flags.dtype != torch.bool or flags.dim() != 1:
+        raise ValueError(f"td['is_padding'] must be a bool (B,) tensor, got {flags.dtype} "
+                         f"{tuple(flags.shape)}")
+    return flags
+
+
+def _entry(td, key, given):
+    if given is not None:
+        return given
+    if key in td.keys() and td.is_non_tensor(key):
+        return td.get_non_tensor(key)
+    raise ValueError(f"{key} is not given and the batch has no non-tensor {key!r} entry")
+
+
+def _device(td) -> torch.device:
+    if td.device is not None:
+        return td.device
+    for key in td.keys():
+        if not td.is_non_tensor(key):
+            return td.get(key).device
+    return torch.device("cpu")
+
+
+def _check_response_mask(response_mask) -> None:
+    if not isinstance(response_mask, torch.Tensor):
+        raise TypeError(f"response_mask must be a tensor, got {type(response_mask).__name__}")
+    if response_mask.dim() != 2:
+        raise ValueError(f"response_mask must be (B, R), got {tuple(response_mask.shape)}")
+    bad = (response_mask != 0) & (response_mask != 1)
+    if bool(bad.any()):
+        row, column = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"response_mask[{row}] holds {response_mask[row, column].item()}; "
+                         "a mask holds 0 and 1 only")
+
+
+def _traj_ids(traj_ids, batch, device) -> torch.Tensor:
+    if isinstance(traj_ids, torch.Tensor):
+        if traj_ids.dim() != 1:
+            raise ValueError(f"traj_ids must be 1-D, got {tuple(traj_ids.shape)}")
+        if traj_ids.is_floating_point() or traj_ids.is_complex() or traj_ids.dtype == torch.bool:
+            raise TypeError(f"traj_ids must hold integers, got {traj_ids.dtype}")
+        ids = traj_ids.to(device=device, dtype=torch.int64)
+    elif isinstance(traj_ids, (str, bytes)) or not hasattr(traj_ids, "__iter__"):
+        raise TypeError(f"traj_ids must be a sequence of ints, got {type(traj_ids).__name__}")
+    else:
+        traj_ids = list(traj_ids)
+        for i, value in enumerate(traj_ids):
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise TypeError(f"traj_ids[{i}] must be an int, got {type(value).__name__}")
+        ids = torch.tensor([int(v) for v in traj_ids], dtype=torch.int64, device=device)
+    if ids.shape[0] != batch:
+        raise ValueError(f"traj_ids has {ids.shape[0]} entries, but response_mask has "
+                         f"{batch} rows")
+    return ids
+
+
+def _scalars(scalars, device) -> torch.Tensor:
+    if isinstance(scalars, torch.Tensor):
+        if scalars.dim() != 1:
+            raise ValueError(f"scalars must be 1-D, got {tuple(scalars.shape)}")
+        if scalars.dtype == torch.bool or scalars.is_complex():
+            raise TypeError(f"scalars must hold real numbers, got {scalars.dtype}")
+        values = scalars.detach().to(device=device, dtype=torch.float32)
+    elif isinstance(scalars, (str, bytes)) or not hasattr(scalars, "__iter__"):
+        raise TypeError(f"scalars must be a sequence of floats, got {type(scalars).__name__}")
+    else:
+        scalars = list(scalars)
+        for i, value in enumerate(scalars):
+            if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                raise TypeError(f"scalars[{i}] must be a real number, got {type(value).__name__}")
+        values = torch.tensor([float(v) for v in scalars], dtype=torch.float32, device=device)
+    finite = torch.isfinite(values)
+    if not bool(finite.all()):
+        index = int((~finite).nonzero()[0, 0])
+        raise ValueError(f"scalars[{index}]={values[index].item()} is not finite (in float32)")
+    return values
+
+
+def _positive_int(value, name) -> None:
+    _int(value, name)
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _int(value, name) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")

@@ -1,0 +1,617 @@
+"""Optimized `varlen`: packed variable-length rows, and logprobs from them (spec: varlen.md).
+
+Same public functions and results as `reference.varlen`, vectorized and device-generic: token ids
+are flattened once, moved to the target device once, and every index is computed there. One packed
+row (three samples, the middle one empty, `pad_to_multiple=4`):
+
+    sample        0 0 0 0 0 | 2 2 2 | .         p prompt, r response, . tail pad
+    tokens        p p p r r | p r r | .
+    position_ids  0 1 2 3 4 | 0 1 2 | 0         restart at 0 per sample; the pad is its own segment
+    cu_seqlens    0         5       8   9       empty samples add no boundary
+    target_index        3 4     6 7             the response tokens
+    predict_index     2 3     5 6               the logits that score them (one to the left)
+
+`response_logprobs` packs the samples that have a response into one long row, cuts it into
+token-budget micro-batches at sample boundaries (each a contiguous slice, padded to
+`pad_to_multiple` with its own segment), forwards each with restarting `position_ids`,
+`attention_mask=None` and `use_cache=False`, and gathers float32 logprobs at `predict_index`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+PACKING_MODES = ("position_ids", "mask")
+
+
+# --------------------------------------------------------------------------------------------
+# validated, flattened input
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """B samples as flat token tensors on the work device, plus their lengths (host and device)."""
+
+    prompt_tokens: torch.Tensor
+    response_tokens: torch.Tensor
+    prompt_lengths: torch.Tensor
+    response_lengths: torch.Tensor
+    host_prompt_lengths: torch.Tensor  # CPU copies: shapes and validation need them on the host
+    host_response_lengths: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        return self.host_prompt_lengths.shape[0]
+
+
+def _samples(prompts, responses, device: torch.device) -> _Samples:
+    """Validate like the reference (same order, same exception types) and flatten onto `device`."""
+    p_tokens, p_lengths = _flatten(prompts, "prompts", device)
+    r_tokens, r_lengths = _flatten(responses, "responses", device)
+    if p_lengths.shape[0] != r_lengths.shape[0]:
+        raise ValueError(f"prompts and responses must have the same length, got "
+                         f"{p_lengths.shape[0]} prompts and {r_lengths.shape[0]} responses")
+    if p_lengths.shape[0] == 0:
+        raise ValueError("prompts is empty: a batch needs at least one sample")
+    unscorable = ((p_lengths == 0) & (r_lengths > 0)).nonzero()
+    if unscorable.numel():
+        k = int(unscorable[0])
+        raise ValueError(
+            f"sample {k} has an empty prompt and a response of {int(r_lengths[k])} tokens: its "
+            "first response token has no logit in its own segment (packed, it would read "
+            "the previous sample's last logit)")
+    return _Samples(p_tokens, r_tokens, p_lengths.to(device), r_lengths.to(device),
+                    p_lengths, r_lengths)
+
+
+def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(flat int64 tokens on `device`, int64 lengths on the CPU) of one list of token rows."""
+    if _is_contiguous_jagged(rows):
+        if rows.size(0) > 0:
+            _check_token_dtype(rows.dtype, name)
+        values = rows.values().to(device=device, dtype=torch.int64)
+        return values, rows.offsets().diff().cpu().to(torch.int64)
+    rows = _rows(rows, name)
+    if all(isinstance(row, (list, tuple)) for row in rows):
+        return _flatten_lists(rows, name, device)
+    parts = [_row_tensor(row, name, k) for k, row in enumerate(rows)]
+    lengths = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
+    flat = torch.cat([p.to(device) for p in parts]) if parts else torch.zeros(0, dtype=torch.int64)
+    return flat.to(device=device, dtype=torch.int64), lengths
+
+
+def _is_contiguous_jagged(rows) -> bool:
+    """A 2-D jagged tensor without holes: its values() are exactly the rows, concatenated."""
+    return (isinstance(rows, torch.Tensor) and rows.is_nested and rows.layout == torch.jagged
+            and rows.dim() == 2 and rows.lengths() is None)
+
+
+def _flatten_lists(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    flat = list(itertools.chain.from_iterable(rows))
+    bad = [k for k in set(map(type, flat)) - {int}
+           if k is bool or not issubclass(k, numbers.Integral)]
+    if bad:
+        raise TypeError(f"{name} must hold ints, got {bad[0].__name__}")
+    lengths = torch.tensor(list(map(len, rows)), dtype=torch.int64)
+    return torch.from_numpy(np.array(flat, dtype=np.int64)).to(device), lengths
+
+
+def _rows(rows, name: str) -> list:
+    if isinstance(rows, torch.Tensor) and rows.is_nested:
+        return list(rows.unbind())
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+        raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
+    return list(rows)
+
+
+def _row_tensor(row, name: str, index: int) -> torch.Tensor:
+    """One row as a 1-D int64 tensor (kept on its device), validated like the reference."""
+    if isinstance(row, torch.Tensor):
+        if row.dim() != 1:
+            raise ValueError(f"{name}[{index}] must be 1-D, got shape {tuple(row.shape)}")
+        _check_token_dtype(row.dtype, f"{name}[{index}]")
+        return row.to(torch.int64)
+    if isinstance(row, (str, bytes)) or not hasattr(row, "__iter__"):
+        raise TypeError(f"{name}[{index}] must be a sequence of ints, got {type(row).__name__}")
+    row = list(row)
+    for kind in set(map(type, row)):
+        if kind is bool or not issubclass(kind, numbers.Integral):
+            raise TypeError(f"{name}[{index}] must hold ints, got {kind.__name__}")
+    return torch.tensor(row, dtype=torch.int64)
+
+
+def _check_token_dtype(dtype: torch.dtype, name: str) -> None:
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got {dtype}")
+
+
+# --------------------------------------------------------------------------------------------
+# pack_varlen
+# --------------------------------------------------------------------------------------------
+
+
+def pack_varlen(
+    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
+) -> TensorDict:
+    """Concatenate every sample's prompt + response into one row (see the module docstring)."""
+    _check_int(pad_token_id, "pad_token_id")
+    _check_positive_int(pad_to_multiple, "pad_to_multiple")
+    device = _output_device(device, prompts, responses)
+    samples = _samples(prompts, responses, device)
+    return _pack(samples, pad_to_multiple, pad_token_id)
+
+
+def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int) -> TensorDict:
+    device = samples.prompt_tokens.device
+    host_lengths = samples.host_prompt_lengths + samples.host_response_lengths
+    real = int(host_lengths.sum())
+    total = -(-real // pad_to_multiple) * pad_to_multiple
+    pad = total - real
+    p_len, r_len = samples.prompt_lengths, samples.response_lengths
+    lengths = p_len + r_len
+    offsets = _exclusive_cumsum(lengths)
+
+    # every token's slot in the row: its run's start (a per-sample constant) + its flat index
+    prompt_slots, _ = _slots(p_len, offsets - _exclusive_cumsum(p_len),
+                             samples.prompt_tokens.shape[0])
+    target_index, sample_index = _slots(r_len, offsets + p_len - _exclusive_cumsum(r_len),
+                                        samples.response_tokens.shape[0])
+    input_ids = torch.full((total,), pad_token_id, dtype=torch.int64, device=device)
+    input_ids.scatter_(0, prompt_slots, samples.prompt_tokens)
+    input_ids.scatter_(0, target_index, samples.response_tokens)
+
+    owner = torch.repeat_interleave(lengths, output_size=real)
+    starts = torch.gather(offsets, 0, owner)
+    position_ids = torch.cat([torch.arange(real, device=device) - starts,
+                              torch.arange(pad, device=device)])
+    out = TensorDict(
+        {
+            "input_ids": input_ids.reshape(1, total),
+            "position_ids": position_ids.reshape(1, total),
+            "cu_seqlens": _cu_seqlens(lengths, int((host_lengths > 0).sum()), total, pad),
+            "prompt_lengths": p_len.clone(),
+            "response_lengths": r_len.clone(),
+            "predict_index": target_index - 1,
+            "target_index": target_index,
+            "sample_index": sample_index,
+        },
+        batch_size=[],
+        device=device,
+    )
+    out.set_non_tensor("max_seqlen", max(int(host_lengths.max()), pad))
+    return out
+
+
+def _exclusive_cumsum(lengths: torch.Tensor) -> torch.Tensor:
+    return torch.cumsum(lengths, 0) - lengths
+
+
+def _slots(lengths: torch.Tensor, shift: torch.Tensor, count: int):
+    """(arange(count) + shift[owner], owner) for `count` items grouped in runs of `lengths`,
+    where owner is each item's run; with shift = run start - flat start, the items' positions:
+
+    lengths 2 0 3, shift 0 4 4  ->  owner 0 0 2 2 2, slots 0 1 6 7 8
+    """
+    owner = torch.repeat_interleave(lengths, output_size=count)
+    per_item = torch.gather(shift, 0, owner)
+    return torch.arange(count, device=lengths.device) + per_item, owner
+
+
+def _cu_seqlens(lengths: torch.Tensor, nonempty: int, total: int, pad: int) -> torch.Tensor:
+    """[0, ends of the non-empty samples..., total if there is a tail pad] as int32."""
+    device = lengths.device
+    ends = torch.cumsum(lengths, 0)[torch.nonzero_static(lengths > 0, size=nonempty).flatten()]
+    tail = torch.full((1 if pad > 0 else 0,), total, dtype=ends.dtype, device=device)
+    zero = torch.zeros(1, dtype=ends.dtype, device=device)
+    return torch.cat([zero, ends, tail]).to(torch.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# unpack_response_logprobs
+# --------------------------------------------------------------------------------------------
+
+
+def unpack_response_logprobs(flat_logprobs, packed, *, width=None) -> torch.Tensor:
+    """Per-sample response logprobs, right-aligned in a (B, width) float32 tensor, zeros elsewhere.
+
+    `flat_logprobs` holds one value per `predict_index` entry, or one per packed position ((N,) or
+    (1, N)), in which case the values at `predict_index` are taken.
+    """
+    predict_index, response_lengths, total = _packed_fields(packed)
+    values = _flat_values(flat_logprobs, predict_index, total)
+    width = _width(width, response_lengths)
+    return _right_aligned(values.float(), response_lengths.to(values.device), width)
+
+
+def _packed_fields(packed) -> tuple[torch.Tensor, torch.Tensor, int]:
+    if not isinstance(packed, TensorDictBase):
+        raise TypeError(f"packed must be the TensorDict returned by pack_varlen, "
+                        f"got {type(packed).__name__}")
+    for key in ("input_ids", "predict_index", "response_lengths"):
+        if key not in packed.keys():
+            raise ValueError(f"packed has no {key!r} entry: pass the output of pack_varlen")
+    predict_index, response_lengths = packed["predict_index"], packed["response_lengths"]
+    if predict_index.shape[0] != int(response_lengths.sum()):
+        raise ValueError(f"packed is inconsistent: {predict_index.shape[0]} predict_index "
+                         f"entries for {int(response_lengths.sum())} response tokens")
+    return predict_index, response_lengths, packed["input_ids"].shape[-1]
+
+
+def _flat_values(flat_logprobs, predict_index: torch.Tensor, total: int) -> torch.Tensor:
+    if not isinstance(flat_logprobs, torch.Tensor):
+        raise TypeError(f"flat_logprobs must be a tensor, got {type(flat_logprobs).__name__}")
+    if not flat_logprobs.is_floating_point():
+        raise TypeError(f"flat_logprobs must hold floats, got {flat_logprobs.dtype}")
+    shape, count = tuple(flat_logprobs.shape), predict_index.shape[0]
+    values = flat_logprobs.detach()
+    if shape == (count,):
+        return values
+    if shape in ((total,), (1, total)):
+        return torch.gather(values.reshape(-1), 0, predict_index.to(values.device))
+    raise ValueError(f"flat_logprobs must have shape ({count},) (one value per response token) "
+                     f"or ({total},) / (1, {total}) (one per packed position), got {shape}")
+
+
+def _width(width, response_lengths: torch.Tensor) -> int:
+    longest = int(response_lengths.max()) if response_lengths.numel() else 0
+    if width is None:
+        return longest
+    _check_int(width, "width")
+    if width < longest:
+        raise ValueError(f"width {width} is narrower than the longest response ({longest})")
+    return width
+
+
+def _right_aligned(values: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """Row k holds its `lengths[k]` values in its last columns (values grouped by row, in order):
+
+    values a b c d e, lengths 2 0 3, width 4  ->  . . a b / . . . . / . c d e
+    """
+    batch = lengths.shape[0]
+    row_ends = torch.arange(1, batch + 1, device=lengths.device) * width
+    # value i of row k lands at flat (k + 1) * width - lengths[k] + (i - start_k)
+    slots, _ = _slots(lengths, row_ends - lengths - _exclusive_cumsum(lengths),
+                      values.shape[0])
+    out = torch.zeros(batch * width, dtype=values.dtype, device=values.device)
+    return out.scatter(0, slots, values).reshape(batch, width)
+
+
+# --------------------------------------------------------------------------------------------
+# unpad / repad (flash-attn bert_padding semantics)
+# --------------------------------------------------------------------------------------------
+
+
+def unpad(x, attention_mask):
+    """(values, indices, cu_seqlens, max_seqlen) of the positions where `attention_mask` is 1.
+
+    indices are row-major flat positions (int64); cu_seqlens is int32 `[0, cumsum(row sums)]`;
+    values = `x.reshape(B*S, ...)[indices]`. Masks need not be contiguous.
+    """
+    _check_unpad_args(x, attention_mask)
+    flat_mask = attention_mask.reshape(-1)
+    indices = torch.nonzero(flat_mask, as_tuple=False).flatten()
+    row_sums = attention_mask.sum(dim=-1, dtype=torch.int32)
+    cu_seqlens = torch.nn.functional.pad(torch.cumsum(row_sums, 0, dtype=torch.int32), (1, 0))
+    max_seqlen = int(row_sums.max()) if row_sums.numel() else 0
+    values = x.reshape(-1, *x.shape[2:])[indices]
+    return values, indices, cu_seqlens, max_seqlen
+
+
+def _check_unpad_args(x, attention_mask) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a tensor, got {type(x).__name__}")
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"attention_mask must be a tensor, got {type(attention_mask).__name__}")
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be bool or integer, got {attention_mask.dtype}")
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be 2-D (batch, seqlen), got shape "
+                         f"{tuple(attention_mask.shape)}")
+    if x.dim() < 2 or tuple(x.shape[:2]) != tuple(attention_mask.shape):
+        raise ValueError(f"x must have shape (batch, seqlen, ...) = "
+                         f"{tuple(attention_mask.shape)} + (...), got {tuple(x.shape)}")
+    if x.device != attention_mask.device:
+        raise ValueError(f"x is on {x.device} but attention_mask is on {attention_mask.device}")
+    if attention_mask.dtype != torch.bool:
+        outside = ((attention_mask != 0) & (attention_mask != 1)).nonzero()
+        if outside.numel():
+            b, s = (int(i) for i in outside[0])
+            raise ValueError(f"attention_mask[{b}] holds {int(attention_mask[b, s])}: a mask "
+                             "holds only 0 and 1")
+
+
+def repad(values, indices, batch, seqlen) -> torch.Tensor:
+    """Scatter `values` (nnz, ...) to the flat `indices` of a zero (batch, seqlen, ...) tensor."""
+    _check_repad_args(values, indices, batch, seqlen)
+    out = values.new_zeros((batch * seqlen, *values.shape[1:]))
+    out[indices.to(device=values.device, dtype=torch.int64)] = values
+    return out.reshape(batch, seqlen, *values.shape[1:])
+
+
+def _check_repad_args(values, indices, batch, seqlen) -> None:
+    if not isinstance(values, torch.Tensor):
+        raise TypeError(f"values must be a tensor, got {type(values).__name__}")
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"indices must be a tensor, got {type(indices).__name__}")
+    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError(f"indices must hold integers, got {indices.dtype}")
+    _check_int(batch, "batch")
+    _check_int(seqlen, "seqlen")
+    if batch < 0 or seqlen < 0:
+        raise ValueError(f"batch and seqlen must be >= 0, got {batch} and {seqlen}")
+    if values.dim() < 1:
+        raise ValueError("values must have a first (token) dimension, got a 0-d tensor")
+    if indices.dim() != 1 or indices.shape[0] != values.shape[0]:
+        raise ValueError(f"indices must be 1-D with one entry per row of values "
+                         f"({values.shape[0]}), got shape {tuple(indices.shape)}")
+    if indices.numel() == 0:
+        return
+    size = batch * seqlen
+    outside = ((indices < 0) | (indices >= size)).nonzero()
+    if outside.numel():
+        i = int(outside[0])
+        raise ValueError(f"indices[{i}] = {int(indices[i])} is outside [0, {size}) "
+                         f"(batch {batch} x seqlen {seqlen})")
+    if torch.unique(indices).numel() != indices.numel():
+        raise ValueError("indices repeats an index: each position can be filled only once")
+
+
+# --------------------------------------------------------------------------------------------
+# response_logprobs: packed, token-budget micro-batches
+# --------------------------------------------------------------------------------------------
+
+Forward = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def response_logprobs(
+    model,
+    prompts,
+    responses,
+    *,
+    max_tokens_per_batch=None,
+    pad_to_multiple=1,
+    packing="position_ids",
+    chunk_size=1024,
+    with_grad=False,
+) -> torch.Tensor:
+    """Per-token response logprobs, (B, max r) float32, right-aligned, zeros elsewhere.
+
+    max_tokens_per_batch: token budget of one packed forward (a sample longer than it is a
+        ValueError). None: twice the longest sample — eager and sdpa attend over the whole row
+        under an N x N mask, so a row's attention cost per token grows with N; 2x the longest
+        sample keeps it within 2x the dense batch's (flash-attn varlen users may raise it).
+    pad_to_multiple: each packed row is padded to a multiple of it (the pad is its own segment).
+    packing: "position_ids" relies on transformers' packed-sequence detection, checked first
+        (RuntimeError if the installed transformers or the model's attention implementation
+        cannot isolate the samples); "mask" passes an explicit block-diagonal additive 4-D mask
+        (eager and sdpa only; N^2 memory per row).
+    chunk_size: rows of float32 log-softmax computed at once.
+    with_grad: keep the autograd graph (default: computed under torch.no_grad()).
+    """
+    vocab = _check_model(model)
+    _check_logprob_options(max_tokens_per_batch, pad_to_multiple, packing, chunk_size, with_grad)
+    device = next(model.parameters()).device
+    samples = _samples(prompts, responses, device)
+    _check_vocab(samples.prompt_tokens, samples.prompt_lengths, "prompts", vocab)
+    _check_vocab(samples.response_tokens, samples.response_lengths, "responses", vocab)
+    _check_budget(samples, max_tokens_per_batch)
+    _check_packed_attention(model, packing)
+    forward = _forward_with_mask if packing == "mask" else _forward_position_ids
+    with torch.set_grad_enabled(with_grad):
+        return _packed_logprobs(model, samples, forward, max_tokens_per_batch, pad_to_multiple,
+                                chunk_size)
+
+
+def _packed_logprobs(model, samples: _Samples, forward: Forward, max_tokens_per_batch,
+                     pad_to_multiple: int, chunk_size: int) -> torch.Tensor:
+    """Score every response token with packed forwards; place them right-aligned."""
+    scored = _with_responses(samples)
+    width = int(samples.host_response_lengths.max())
+    device = samples.prompt_tokens.device
+    if scored.size == 0:
+        return torch.zeros((samples.size, width), dtype=torch.float32, device=device)
+    row = _pack(scored, 1, 0)
+    lengths = (scored.host_prompt_lengths + scored.host_response_lengths).tolist()
+    if max_tokens_per_batch is None:
+        max_tokens_per_batch = 2 * max(lengths)
+    token_ends = list(itertools.accumulate(lengths))
+    response_ends = list(itertools.accumulate(scored.host_response_lengths.tolist()))
+    pieces = []
+    for first, last in _micro_batches(token_ends, max_tokens_per_batch):
+        start = token_ends[first - 1] if first else 0
+        lo, hi = (response_ends[first - 1] if first else 0), response_ends[last - 1]
+        ids, positions = _row_slice(row, start, token_ends[last - 1], pad_to_multiple)
+        logits = forward(model, ids, positions, row["predict_index"][lo:hi] - start)
+        targets = torch.gather(row["input_ids"][0], 0, row["target_index"][lo:hi])
+        pieces.append(_token_logprobs(logits, targets, chunk_size))
+    return _right_aligned(torch.cat(pieces), samples.response_lengths, width)
+
+
+def _with_responses(samples: _Samples) -> _Samples:
+    """Only the samples with r > 0 (the others need no forward); their tokens, still flat."""
+    keep = samples.host_response_lengths > 0
+    if bool(keep.all()):
+        return samples
+    kept = torch.nonzero(keep).flatten()
+    device = samples.prompt_tokens.device
+    p_keep = torch.repeat_interleave(keep, samples.host_prompt_lengths).to(device)
+    r_keep = torch.repeat_interleave(keep, samples.host_response_lengths).to(device)
+    return _Samples(
+        samples.prompt_tokens[p_keep], samples.response_tokens[r_keep],
+        samples.prompt_lengths[kept.to(device)], samples.response_lengths[kept.to(device)],
+        samples.host_prompt_lengths[kept], samples.host_response_lengths[kept],
+    )
+
+
+def _micro_batches(token_ends: list[int], budget: int) -> list[tuple[int, int]]:
+    """Consecutive sample ranges [first, last) of at most `budget` tokens each (greedy)."""
+    ranges, first = [], 0
+    while first < len(token_ends):
+        used = token_ends[first - 1] if first else 0
+        last = bisect.bisect_right(token_ends, used + budget)
+        ranges.append((first, last))
+        first = last
+    return ranges
+
+
+def _row_slice(row: TensorDict, start: int, end: int, pad_to_multiple: int):
+    """input_ids and position_ids (1, n) of row[start:end], plus a tail pad segment 0..pad-1."""
+    pad = -(end - start) % pad_to_multiple
+    ids, positions = row["input_ids"][:, start:end], row["position_ids"][:, start:end]
+    if pad:
+        device = ids.device
+        ids = torch.cat([ids, torch.zeros((1, pad), dtype=ids.dtype, device=device)], 1)
+        positions = torch.cat([positions, torch.arange(pad, device=device)[None]], 1)
+    return ids, positions
+
+
+def _forward_position_ids(model, input_ids, position_ids, keep) -> torch.Tensor:
+    """Logits (len(keep), V) of one packed row: transformers isolates the samples itself."""
+    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None,
+                use_cache=False, logits_to_keep=keep)
+    return out.logits[0]
+
+
+def _forward_with_mask(model, input_ids, position_ids, keep) -> torch.Tensor:
+    """Logits (len(keep), V) of one packed row under an explicit block-diagonal causal mask."""
+    dtype = next(model.parameters()).dtype
+    out = model(input_ids=input_ids, position_ids=position_ids,
+                attention_mask=_block_causal_mask(position_ids[0], dtype), use_cache=False,
+                logits_to_keep=keep)
+    return out.logits[0]
+
+
+def _block_causal_mask(position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive (1, 1, N, N) mask: 0 where query i may attend key j (same segment, j <= i), else
+    the dtype's minimum. A segment starts wherever the position restarts at 0.
+
+        positions 0 1 2 0 1   ->   0 - - - -
+                                   0 0 - - -
+                                   0 0 0 - -
+                                   - - - 0 -
+                                   - - - 0 0
+    """
+    segment = torch.cumsum(position_ids == 0, 0)
+    n = position_ids.shape[0]
+    causal = torch.ones((n, n), dtype=torch.bool, device=position_ids.device).tril()
+    allowed = causal & (segment[:, None] == segment[None, :])
+    blocked = torch.finfo(dtype).min
+    zero = torch.zeros((), dtype=dtype, device=position_ids.device)
+    return torch.where(allowed, zero, blocked)[None, None]
+
+
+def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk_size: int) -> torch.Tensor:
+    """log_softmax(logits[i])[targets[i]] in float32, `chunk_size` rows at a time."""
+    parts = []
+    for start in range(0, logits.shape[0], chunk_size):
+        chunk = torch.log_softmax(logits[start:start + chunk_size].float(), dim=-1)
+        parts.append(chunk.gather(-1, targets[start:start + chunk_size, None]).squeeze(-1))
+    return torch.cat(parts)
+
+
+def _check_packed_attention(model, packing: str) -> None:
+    """RuntimeError unless this transformers and this model keep packed samples apart.
+
+    "position_ids" needs `transformers.masking_utils.find_packed_sequence_indices` (transformers
+    >= 4.53.1) to split a row at restarting positions, and an attention implementation whose
+    mask transformers builds (eager, sdpa, flex, flash); anything else silently attends across
+    samples. "mask" needs eager or sdpa (the kernels that take a 4-D additive mask).
+    """
+    try:
+        from transformers import masking_utils
+    except ImportError as err:  # transformers < 4.53
+        raise RuntimeError(_UPGRADE.format(what="has no transformers.masking_utils")) from err
+    attn = getattr(model.config, "_attn_implementation", None)
+    if packing == "mask":
+        if attn not in ("eager", "sdpa"):
+            raise RuntimeError(f"packing='mask' needs attn_implementation 'eager' or 'sdpa'; the "
+                               f"model uses {attn!r} (use packing='position_ids')")
+        return
+    finder = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if finder is None:
+        raise RuntimeError(_UPGRADE.format(what="lacks find_packed_sequence_indices"))
+    probe = finder(torch.tensor([[0, 1, 0, 1, 2]]))
+    if probe is None or not (probe[0, 0] == probe[0, 1] != probe[0, 2] == probe[0, 4]):
+        raise RuntimeError(_UPGRADE.format(what="does not split a packed row at restarting "
+                                                "position_ids"))
+    mask_functions = getattr(masking_utils, "ALL_MASK_ATTENTION_FUNCTIONS", {})
+    if attn not in mask_functions:
+        raise RuntimeError(f"transformers builds no packed-sequence mask for attn_implementation "
+                           f"{attn!r}: the samples of a packed row would attend to each other "
+                           f"(supported: {sorted(mask_functions)})")
+
+
+_UPGRADE = ("the installed transformers {what}: a packed forward would let samples attend to "
+            "each other. Install transformers >= 4.53.1, or pass packing='mask' to build the "
+            "block-diagonal mask explicitly.")
+
+
+def _check_model(model) -> int:
+    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
+        raise TypeError(f"model must be a transformers causal LM (an nn.Module with a config), "
+                        f"got {type(model).__name__}")
+    return int(model.get_input_embeddings().num_embeddings)
+
+
+def _check_logprob_options(max_tokens_per_batch, pad_to_multiple, packing, chunk_size, with_grad):
+    if max_tokens_per_batch is not None:
+        _check_positive_int(max_tokens_per_batch, "max_tokens_per_batch")
+    _check_positive_int(pad_to_multiple, "pad_to_multiple")
+    if packing not in PACKING_MODES:
+        raise ValueError(f"packing must be one of {PACKING_MODES}, got {packing!r}")
+    _check_positive_int(chunk_size, "chunk_size")
+    if not isinstance(with_grad, bool):
+        raise TypeError(f"with_grad must be a bool, got {type(with_grad).__name__}")
+
+
+def _check_vocab(tokens: torch.Tensor, lengths: torch.Tensor, name: str, vocab: int) -> None:
+    outside = ((tokens < 0) | (tokens >= vocab)).nonzero()
+    if outside.numel():
+        first = int(outside[0])
+        row = int(torch.searchsorted(torch.cumsum(lengths, 0), first, right=True))
+        raise ValueError(f"{name}[{row}] holds token id {int(tokens[first])}, outside the "
+                         f"model's vocabulary [0, {vocab})")
+
+
+def _check_budget(samples: _Samples, max_tokens_per_batch) -> None:
+    if max_tokens_per_batch is None:
+        return
+    lengths = samples.host_prompt_lengths + samples.host_response_lengths
+    over = (lengths > max_tokens_per_batch).nonzero()
+    if over.numel():
+        k = int(over[0])
+        raise ValueError(f"sample {k} has {int(lengths[k])} tokens, more than "
+                         f"max_tokens_per_batch={max_tokens_per_batch}")
+
+
+def _check_int(value, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+
+
+def _check_positive_int(value, name: str) -> None:
+    _check_int(value, name)
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _output_device(device, prompts, responses) -> torch.device:
+    """`device` if given, else the device of the first tensor input, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    for rows in (prompts, responses):
+        if isinstance(rows, torch.Tensor):
+            return rows.device
+        for row in rows if isinstance(rows, (list, tuple)) else ():
+            if isinstance(row, torch.Tensor):
+                return row.device
+    return torch.device("cpu")

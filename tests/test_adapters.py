@@ -1,0 +1,183 @@
+"""Adapters and `harness check`.
+
+The mechanism is tested on a stand-in "framework" function (always runs); the SkyRL and verl
+adapters run when the `frameworks` extra is installed (pip install -e '.[frameworks]') and skip
+cleanly otherwise. Removing a known divergence from an adapter must make the check fail with that
+divergence's shrunk example.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import strategies as st
+
+from harness import adapters
+from harness.adapters import Adapter, KnownDivergence
+from harness.adapters.runner import check_adapter, select_adapters
+from harness.ops.rl_batch import rl_batch_cases
+from harness.registry import BadCase
+from reference.balance import karmarkar_karp
+
+
+def _verl_like(values, k, *, equal_size=False):
+    """The contract, except that k > n is refused with `assert`, as verl does."""
+    assert len(values) >= k, "number of items < k_partitions"
+    return karmarkar_karp(values, k, equal_size=equal_size)
+
+
+def _k_over_n(case) -> bool:
+    values, k = case.args
+    return isinstance(values, list) and isinstance(k, int) and k > len(values)
+
+
+STAND_IN = Adapter(
+    name="stand_in.karmarkar_karp", framework="stand_in",
+    record="balance.karmarkar_karp", target="tests.test_adapters:_verl_like",
+    wrap=lambda fn: fn, forms=("lists",),
+    known=(KnownDivergence("k_over_n_by_assert", _k_over_n, kind="errors",
+                           doc="k > n raises AssertionError, not ValueError"),),
+)
+
+
+def _statuses(report) -> dict[str, str]:
+    return {o.check: o.status for o in report.outcomes}
+
+
+def test_known_divergence_is_set_aside_and_counted() -> None:
+    report = check_adapter(STAND_IN, _verl_like, checks=["errors", "pin:k_greater_than_n"],
+                           max_examples=30)
+    assert _statuses(report) == {"errors": "pass", "pin:k_greater_than_n": "known"}, report
+    (known,) = report.known
+    assert known["hits"] > 0 and known["confirmed"] == known["hits"]
+
+
+def test_removing_a_known_divergence_reports_it_shrunk() -> None:
+    report = check_adapter(STAND_IN.without("k_over_n_by_assert"), _verl_like,
+                           checks=["errors", "pin:k_greater_than_n"], max_examples=30)
+    assert _statuses(report) == {"errors": "new", "pin:k_greater_than_n": "new"}
+    errors = report.outcomes[0]
+    assert "AssertionError" in errors.detail
+    shrunk = "\n".join(errors.notes)
+    assert "Case(args=([0], 2)" in shrunk, shrunk  # the smallest k > n input
+
+
+def test_stale_known_divergence_is_visible() -> None:
+    """A known divergence whose inputs never diverge is reported with confirmed == 0."""
+    report = check_adapter(STAND_IN, karmarkar_karp, checks=["errors"], max_examples=30)
+    (known,) = report.known
+    assert known["hits"] > 0 and known["confirmed"] == 0
+
+
+def test_without_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match="no known divergence"):
+        STAND_IN.without("nope")
+
+
+def test_select_module_function_needs_one_record() -> None:
+    (chosen,) = select_adapters("reference.balance:balanced_partitions",
+                                ["balance.balanced_partitions"], None)
+    assert chosen.record == "balance.balanced_partitions" and chosen.forms is None
+    with pytest.raises(ValueError, match="exactly one record"):
+        select_adapters("reference.balance:balanced_partitions", ["balance"], None)
+    with pytest.raises(ValueError, match="unknown --impl"):
+        select_adapters("nonsense", None, None)
+
+
+def test_every_adapter_names_a_record_and_documents_its_divergences() -> None:
+    from harness import registry
+
+    for adapter in adapters.all_adapters():
+        info = registry.get(adapter.record)
+        assert set(adapter.skip) <= set(info.check_names()), adapter.name
+        assert adapter.forms is None or set(adapter.forms) <= set(info.forms), adapter.name
+        for known in adapter.known:
+            assert known.doc and known.upstream, f"{adapter.name}: {known.name} undocumented"
+
+
+def test_cli_check_on_a_module_function(capsys) -> None:
+    from harness.cli import main
+
+    code = main(["check", "--impl", "reference.balance:balanced_partitions",
+                 "--op", "balance.balanced_partitions"])
+    assert code == 0, capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- real frameworks
+
+
+def _run(name: str, checks: list[str], without: tuple[str, ...] = ()):
+    adapter = adapters.get_adapter(name)
+    if without:
+        adapter = adapter.without(*without)
+    return check_adapter(adapter, checks=checks, max_examples=40)
+
+
+@pytest.fixture
+def skyrl():
+    return pytest.importorskip("skyrl.train.dataset.preprocess")
+
+
+@pytest.fixture
+def verl():
+    return pytest.importorskip("verl.utils.seqlen_balancing")
+
+
+def test_skyrl_rl_batch_has_known_divergences_only(skyrl) -> None:
+    report = _run("skyrl.rl_batch", ["equivalence", "errors", "property:alignment",
+                                     "property:max_seq_len_only_warns",
+                                     "pin:scalar_reward_on_last_token"])
+    assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
+    hits = {k["name"]: k["hits"] for k in report.known}
+    assert hits["per_token_length_unchecked"] > 0 and hits["scalar_reward_rejected"] > 0
+
+
+@st.composite
+def _loss_mask_one_too_long(draw) -> BadCase:
+    """The defect `per_token_length_unchecked` is about, alone (the record's invalid strategy
+    finds it too, but shrinking its ten kinds of defect takes a minute)."""
+    case = draw(rl_batch_cases(layouts=("left",)))
+    rows = [[1.0] * len(r) for r in case.args[1]]
+    row = draw(st.integers(0, len(rows) - 1))
+    rows[row].append(1.0)
+    return BadCase(case.replace(loss_masks=rows), ValueError, f"loss_masks[{row}] has the wrong "
+                   "length")
+
+
+def test_skyrl_without_length_check_divergence_fails_shrunk(skyrl) -> None:
+    adapter = adapters.get_adapter("skyrl.rl_batch").without("per_token_length_unchecked")
+    adapter = dataclasses.replace(adapter, invalid=_loss_mask_one_too_long())
+    report = check_adapter(adapter, checks=["errors"], max_examples=40,
+                           report_multiple_bugs=False)
+    (errors,) = report.new
+    shrunk = "\n".join(errors.notes)
+    # shrunk to one sample with an empty response and a one-entry loss mask: either silently
+    # right-aligned (accepted) or a RuntimeError from the slice, never the contract's ValueError
+    assert "loss_masks[0] has the wrong length" in errors.detail, errors.detail
+    assert "'loss_masks': [[1.0]]" in shrunk and "Case(args=([[]], [" in shrunk, shrunk
+
+
+def test_skyrl_without_all_empty_divergence_fails_on_dtype(skyrl) -> None:
+    report = _run("skyrl.rl_batch", ["equivalence"], without=("float_ids_when_all_rows_empty",))
+    (equivalence,) = report.new
+    assert "dtype differs: expected torch.int64, got torch.float32" in equivalence.detail
+    assert "Case(args=([[]], [[]])" in "\n".join(equivalence.notes)
+
+
+@pytest.mark.parametrize("name", ["verl.karmarkar_karp", "verl.balanced_partitions",
+                                  "verl.micro_batches", "verl.position_ids"])
+def test_verl_has_known_divergences_only(verl, name: str) -> None:
+    from harness import registry
+
+    checks = registry.get(adapters.get_adapter(name).record).check_names()
+    if name == "verl.position_ids":  # the rest of that batch is the reference's own
+        checks = ["equivalence", "property:positions", "pin:two_segment_width_inflation"]
+    report = _run(name, checks)
+    assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
+
+
+def test_verl_without_k_divergence_fails_shrunk(verl) -> None:
+    report = _run("verl.karmarkar_karp", ["errors"], without=("k_unchecked",))
+    (errors,) = report.new
+    assert "Case(args=([0], 2)" in "\n".join(errors.notes), errors.notes

@@ -1,0 +1,378 @@
+"""`varlen` tests beyond the generic registry checks (tests/test_registry.py, tests/test_zoo.py):
+
+- unpad / repad against flash-attn's bert_padding semantics (a transcription, and the real
+  package when it is installed next to a GPU);
+- the negative controls: each faulty packed forward must fail the logprob comparator with
+  |Δ| > 10x the tolerance, on every architecture x attention implementation;
+- the transformers feature check (RuntimeError, never a contaminated forward), micro-batching,
+  gradients, the tiny models, and the CUDA / bf16 variants (gpu marker).
+
+`python tests/test_varlen.py` prints the measured |Δ| table recorded in docs/equivalence.md.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness import registry
+from harness.compare import LOGPROB_TOLERANCE, Mismatch, assert_logprobs_close
+from harness.models import ModelCase, ModelSpec, cuda_specs, specs, tiny_model
+from harness.ops.varlen import (
+    CROSS_SAMPLE,
+    assert_response_logprobs_close,
+    masked_tensors,
+    response_mask,
+)
+from harness.zoo import varlen as zoo
+from impl import varlen as impl
+from reference import varlen as reference
+
+CPU_SPECS = specs()
+FP32_TOL = LOGPROB_TOLERANCE[torch.float32][0]
+PROMPTS, RESPONSES = CROSS_SAMPLE.args
+
+# --------------------------------------------------------------------------- flash-attn semantics
+
+
+def flash_unpad_input(hidden_states, attention_mask):
+    """flash_attn.bert_padding.unpad_input (v2.x), einops `rearrange` written as reshape and
+    index_first_axis as indexing (it gathers the same rows)."""
+    seqlens_in_batch = attention_mask.sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(attention_mask.flatten(), as_tuple=False).flatten()
+    max_seqlen_in_batch = seqlens_in_batch.max().item()
+    cu_seqlens = torch.nn.functional.pad(
+        torch.cumsum(seqlens_in_batch, dim=0, dtype=torch.int32), (1, 0))
+    flat = hidden_states.reshape(-1, *hidden_states.shape[2:])
+    return flat[indices], indices, cu_seqlens, max_seqlen_in_batch, seqlens_in_batch
+
+
+def flash_pad_input(hidden_states, indices, batch, seqlen):
+    """flash_attn.bert_padding.pad_input (v2.x): index_put_first_axis into zeros, then reshape."""
+    output = torch.zeros((batch * seqlen, *hidden_states.shape[1:]), device=hidden_states.device,
+                         dtype=hidden_states.dtype)
+    output[indices] = hidden_states
+    return output.reshape(batch, seqlen, *hidden_states.shape[1:])
+
+
+def _assert_same_as_flash(module, x, mask, unpad_input, pad_input) -> None:
+    values, indices, cu_seqlens, max_seqlen = module.unpad(x, mask)
+    f_values, f_indices, f_cu, f_max, _ = unpad_input(x, mask)
+    assert torch.equal(values, f_values) and values.dtype == f_values.dtype
+    assert torch.equal(indices, f_indices) and indices.dtype == f_indices.dtype == torch.int64
+    assert torch.equal(cu_seqlens, f_cu) and cu_seqlens.dtype == f_cu.dtype == torch.int32
+    assert max_seqlen == f_max and type(max_seqlen) is type(f_max) is int
+    padded = module.repad(values, indices, x.shape[0], x.shape[1])
+    assert torch.equal(padded, pad_input(f_values, f_indices, x.shape[0], x.shape[1]))
+
+
+# flash-attn's index_first_axis needs (B, S, D...) with at least one feature dim, and
+# unpad_input's .max() a non-empty batch
+FLASH_INPUTS = masked_tensors().filter(lambda xm: xm[0].dim() >= 3 and xm[0].shape[0] > 0)
+
+
+@pytest.mark.parametrize("module", [reference, impl], ids=["reference", "impl"])
+@given(xm=FLASH_INPUTS)
+def test_unpad_repad_match_flash_attn_semantics(module, xm) -> None:
+    x, mask = xm
+    _assert_same_as_flash(module, x, mask, flash_unpad_input, flash_pad_input)
+
+
+def test_unpad_non_contiguous_mask_worked_example() -> None:
+    x = torch.arange(8.0).reshape(2, 4, 1)
+    mask = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0]])
+    for module in (reference, impl):
+        values, indices, cu_seqlens, max_seqlen = module.unpad(x, mask)
+        assert values.reshape(-1).tolist() == [0.0, 2.0, 3.0, 5.0, 6.0]
+        assert indices.tolist() == [0, 2, 3, 5, 6] and cu_seqlens.tolist() == [0, 3, 5]
+        assert max_seqlen == 3
+        assert module.repad(values, indices, 2, 4).reshape(2, 4).tolist() == [
+            [0.0, 0.0, 2.0, 3.0], [0.0, 5.0, 6.0, 0.0]]
+
+
+@pytest.mark.gpu
+def test_unpad_repad_match_installed_flash_attn() -> None:
+    bert_padding = pytest.importorskip("flash_attn.bert_padding")
+
+    @given(xm=FLASH_INPUTS)
+    def check(xm) -> None:
+        x, mask = (t.cuda() for t in xm)
+        _assert_same_as_flash(impl, x.float(), mask, lambda *a: bert_padding.unpad_input(*a)[:5],
+                              bert_padding.pad_input)
+
+    check()
+
+
+# --------------------------------------------------------------------------- negative controls
+
+
+def control_delta(spec: ModelSpec, forward, prompts=PROMPTS, responses=RESPONSES) -> float:
+    """max |Δ| under the response mask between the dense oracle and a faulty packed forward."""
+    model = spec.build()
+    expected = reference.response_logprobs(model, prompts, responses)
+    actual = zoo.logprobs_with_forward(forward)(model, prompts, responses)
+    mask = response_mask(ModelCase((prompts, responses), model=spec))
+    return float((expected - actual).abs()[mask].max())
+
+
+@pytest.mark.parametrize("spec", CPU_SPECS, ids=str)
+@pytest.mark.parametrize("control", sorted(zoo.NEGATIVE_CONTROLS))
+def test_negative_control_fails_the_comparator(spec: ModelSpec, control: str) -> None:
+    model = spec.build()
+    case = ModelCase((PROMPTS, RESPONSES), model=spec)
+    expected = reference.response_logprobs(model, PROMPTS, RESPONSES)
+    actual = zoo.logprobs_with_forward(zoo.NEGATIVE_CONTROLS[control])(model, PROMPTS, RESPONSES)
+    if control == "bool_4d_mask" and spec.attn == "sdpa":  # sdpa reads a bool mask correctly
+        assert assert_response_logprobs_close(expected, actual, case=case)["max_abs"] <= FP32_TOL
+        return
+    with pytest.raises(Mismatch, match="beyond the torch.float32 tolerance"):
+        assert_response_logprobs_close(expected, actual, case=case)
+    delta = float((expected - actual).abs()[response_mask(case)].max())
+    assert delta > 10 * FP32_TOL, f"{control} on {spec}: |Δ| {delta:.3g} within 10x tolerance"
+
+
+def test_empty_prompt_control_reads_the_previous_sample() -> None:
+    """p == 0 < r: the oracle rejects it; the faulty impl scores the first response token with the
+    previous sample's last logit, so that token's value changes with the previous sample."""
+    model = tiny_model("llama", "sdpa")
+    target = ([], [11, 12, 13])
+    faulty = zoo._swapped(impl.response_logprobs, _samples=zoo._samples_accepting_empty_prompts)
+    with pytest.raises(ValueError, match="sample 1 has an empty prompt"):
+        reference.response_logprobs(model, [[5, 17, 33], target[0]], [[7], target[1]])
+    with pytest.raises(ValueError, match="sample 1 has an empty prompt"):
+        impl.response_logprobs(model, [[5, 17, 33], target[0]], [[7], target[1]])
+    delta = empty_prompt_delta(faulty, model, target)
+    assert delta > 10 * FP32_TOL, f"|Δ| {delta:.3g}"
+
+
+def empty_prompt_delta(faulty, model, target) -> float:
+    """|Δ| of the p == 0 sample's first token between two different previous samples."""
+    first = faulty(model, [[5, 17, 33], target[0]], [[7], target[1]])
+    second = faulty(model, [[90, 4], target[0]], [[61, 62], target[1]])
+    return float((first[1, -3] - second[1, -3]).abs())
+
+
+# --------------------------------------------------------------------------- feature check
+
+
+def test_missing_packed_detection_raises(monkeypatch) -> None:
+    from transformers import masking_utils
+
+    model = tiny_model("llama", "sdpa")
+    expected = reference.response_logprobs(model, PROMPTS, RESPONSES)
+    monkeypatch.delattr(masking_utils, "find_packed_sequence_indices")
+    with pytest.raises(RuntimeError, match="find_packed_sequence_indices"):
+        impl.response_logprobs(model, PROMPTS, RESPONSES)
+    # the explicit block-diagonal mask needs no detection (a 4-D mask skips it), and is exact
+    actual = impl.response_logprobs(model, PROMPTS, RESPONSES, packing="mask")
+    assert_logprobs_close(expected, actual, response_mask(CROSS_SAMPLE), torch.float32)
+
+
+def test_detection_that_does_not_split_raises(monkeypatch) -> None:
+    from transformers import masking_utils
+
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices", lambda position_ids: None)
+    with pytest.raises(RuntimeError, match="does not split a packed row"):
+        impl.response_logprobs(tiny_model("qwen2", "eager"), PROMPTS, RESPONSES)
+
+
+def test_attention_without_packed_mask_raises(monkeypatch) -> None:
+    from transformers import masking_utils
+
+    monkeypatch.setattr(masking_utils, "ALL_MASK_ATTENTION_FUNCTIONS", {"eager": None})
+    with pytest.raises(RuntimeError, match="no packed-sequence mask for attn_implementation"):
+        impl.response_logprobs(tiny_model("llama", "sdpa"), PROMPTS, RESPONSES)
+
+
+@pytest.mark.parametrize("spec", CPU_SPECS, ids=str)
+def test_explicit_mask_packing_matches_dense(spec: ModelSpec) -> None:
+    model = spec.build()
+    expected = reference.response_logprobs(model, PROMPTS, RESPONSES)
+    actual = impl.response_logprobs(model, PROMPTS, RESPONSES, packing="mask",
+                                    max_tokens_per_batch=9, pad_to_multiple=4)
+    assert_logprobs_close(expected, actual, response_mask(CROSS_SAMPLE), torch.float32)
+
+
+# --------------------------------------------------------------------------- micro-batches
+
+
+def test_micro_batches_respect_the_budget(monkeypatch) -> None:
+    rows = []
+    forward = impl._forward_position_ids
+
+    def recording(model, input_ids, position_ids, keep):
+        rows.append((input_ids.shape[1], position_ids[0].tolist()))
+        return forward(model, input_ids, position_ids, keep)
+
+    monkeypatch.setattr(impl, "_forward_position_ids", recording)
+    model = tiny_model("qwen3", "sdpa")
+    expected = reference.response_logprobs(model, PROMPTS, RESPONSES)
+    actual = impl.response_logprobs(model, PROMPTS, RESPONSES, max_tokens_per_batch=12,
+                                    pad_to_multiple=4)
+    assert_logprobs_close(expected, actual, response_mask(CROSS_SAMPLE), torch.float32)
+    # samples of 7, 5, 6 tokens: [7, 5] = 12 fits, then [6] padded to 8 (its own pad segment)
+    assert rows == [(12, [0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 3, 4]),
+                    (8, [0, 1, 2, 3, 4, 5, 0, 1])]
+
+
+def test_samples_without_response_are_not_forwarded(monkeypatch) -> None:
+    sizes = []
+    forward = impl._forward_position_ids
+    monkeypatch.setattr(impl, "_forward_position_ids",
+                        lambda m, ids, pos, keep: sizes.append(ids.shape[1]) or
+                        forward(m, ids, pos, keep))
+    out = impl.response_logprobs(tiny_model("llama", "eager"), [[1, 2, 3], [4, 5]], [[], [6]])
+    assert sizes == [3] and out[0].tolist() == [0.0] and out[1, 0] < 0
+    sizes.clear()
+    out = impl.response_logprobs(tiny_model("llama", "eager"), [[1]], [[]])
+    assert sizes == [] and tuple(out.shape) == (1, 0) and out.dtype == torch.float32
+
+
+@given(lengths=st.lists(st.integers(1, 9), min_size=1, max_size=12), budget=st.integers(9, 30))
+def test_micro_batch_ranges_are_greedy_and_within_budget(lengths, budget) -> None:
+    ends = [sum(lengths[:i + 1]) for i in range(len(lengths))]
+    ranges = impl._micro_batches(ends, budget)
+    assert [r[0] for r in ranges] == [0] + [r[1] for r in ranges[:-1]]
+    assert ranges[-1][1] == len(lengths)
+    for first, last in ranges:
+        assert sum(lengths[first:last]) <= budget
+        assert last == len(lengths) or sum(lengths[first:last + 1]) > budget  # greedy
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def test_no_grad_by_default_and_gradients_on_request() -> None:
+    fresh = tiny_model.__wrapped__("llama", "sdpa").requires_grad_(True)
+    assert impl.response_logprobs(fresh, PROMPTS, RESPONSES).requires_grad is False
+    grads = []
+    for module in (reference, impl):
+        fresh.zero_grad()
+        module.response_logprobs(fresh, PROMPTS, RESPONSES, with_grad=True).sum().backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in fresh.parameters()]))
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- tiny models
+
+
+def test_tiny_models_leave_the_global_rng_alone_and_are_deterministic() -> None:
+    before = torch.random.get_rng_state()
+    first = tiny_model.__wrapped__("qwen3", "eager")
+    second = tiny_model.__wrapped__("qwen3", "eager")
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for a, b in zip(first.state_dict().values(), second.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("spec", CPU_SPECS, ids=str)
+def test_tiny_model_shapes(spec: ModelSpec) -> None:
+    model = spec.build()
+    assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 2
+    assert model.config.vocab_size == 128 and model.config._attn_implementation == spec.attn
+    assert next(model.parameters()).dtype == torch.float32 and not model.training
+    assert spec.build() is model  # cached per process
+
+
+def test_model_case_passes_the_model_first() -> None:
+    case = ModelCase(([[1]], [[2]]), {"pad_to_multiple": 4}, model=ModelSpec("qwen2", "sdpa"))
+    seen = case.call(lambda model, p, r, **kw: (model.config.model_type, p, r, kw))
+    assert seen == ("qwen2", [[1]], [[2]], {"pad_to_multiple": 4})
+    assert isinstance(case.replace([[3]], [[4]]), ModelCase)
+    assert case.on("cuda").model.device == "cuda"
+
+
+# --------------------------------------------------------------------------- comparator
+
+
+def test_comparator_uses_the_case_mask_and_dtype() -> None:
+    expected = torch.tensor([[0.0, -1.0], [-2.0, -3.0]])
+    case = ModelCase(([[1], [2]], [[3], [4, 5]]), model=ModelSpec("llama", "sdpa"))
+    assert assert_response_logprobs_close(expected, expected + 5e-6 * (expected != 0),
+                                          case=case)["max_abs"] < 1e-5
+    with pytest.raises(Mismatch, match="not exactly 0 off the mask"):
+        assert_response_logprobs_close(expected, expected + 5e-6 * (expected == 0), case=case)
+    with pytest.raises(Mismatch, match=r"row 1:  xr"):
+        assert_response_logprobs_close(expected, expected - torch.tensor([[0, 0], [0.1, 0]]))
+    bf16 = ModelCase(case.args, model=ModelSpec("llama", "sdpa", "bfloat16"))
+    assert assert_response_logprobs_close(expected, expected + 1e-3 * (expected != 0), case=bf16)
+
+
+def test_errors_name_the_sample() -> None:
+    model = tiny_model("llama", "sdpa")
+    for module in (reference, impl):
+        with pytest.raises(ValueError, match=r"prompts\[1\] holds token id 128"):
+            module.response_logprobs(model, [[1], [2, 128]], [[3], [4]])
+        with pytest.raises(ValueError, match="sample 1 has 3 tokens, more than"):
+            module.response_logprobs(model, [[1], [2, 3]], [[3], [4]], max_tokens_per_batch=2)
+        with pytest.raises(ValueError, match="sample 2 has an empty prompt"):
+            module.pack_varlen([[1], [], []], [[], [], [5]])
+
+
+# --------------------------------------------------------------------------- CUDA and bf16
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", specs(("cuda",), ("float32", "bfloat16")), ids=str)
+def test_cuda_packed_matches_dense(spec: ModelSpec) -> None:
+    model = spec.build()
+    generator = torch.Generator().manual_seed(0)
+    lengths = [(int(p), int(r)) for p, r in torch.randint(1, 64, (16, 2), generator=generator)]
+    prompts = [torch.randint(0, 128, (p,), generator=generator).tolist() for p, _ in lengths]
+    responses = [torch.randint(0, 128, (r,), generator=generator).tolist() for _, r in lengths]
+    expected = reference.response_logprobs(model, prompts, responses)
+    actual = impl.response_logprobs(model, prompts, responses, max_tokens_per_batch=512)
+    assert actual.device.type == "cuda"
+    case = ModelCase((prompts, responses), model=spec)
+    assert_response_logprobs_close(expected, actual, case=case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", specs(("cuda",), ("float32", "bfloat16")), ids=str)
+def test_cuda_negative_controls_detected(spec: ModelSpec) -> None:
+    model = spec.build()
+    case = ModelCase((PROMPTS, RESPONSES), model=spec)
+    expected = reference.response_logprobs(model, PROMPTS, RESPONSES)
+    for name, forward in sorted(zoo.NEGATIVE_CONTROLS.items()):
+        if name == "bool_4d_mask" and spec.attn == "sdpa":
+            continue  # sdpa reads a bool mask correctly: not a bug there
+        actual = zoo.logprobs_with_forward(forward)(model, PROMPTS, RESPONSES)
+        with pytest.raises(Mismatch):
+            assert_response_logprobs_close(expected, actual, case=case)
+
+
+@pytest.mark.gpu
+def test_cuda_pack_varlen_works_on_the_device() -> None:
+    info = registry.get("varlen.pack_varlen")
+    packed = impl.pack_varlen(*info.example.args, device="cuda", pad_to_multiple=4)
+    assert all(packed[k].device.type == "cuda" for k in packed.keys()
+               if not packed.is_non_tensor(k))
+    assert cuda_specs()
+
+
+# --------------------------------------------------------------------------- the measured table
+
+
+def measure() -> list[tuple[str, str, float]]:
+    """(model, control, max |Δ|) for every control on every CPU model (docs/equivalence.md)."""
+    rows = []
+    for spec in CPU_SPECS:
+        model = spec.build()
+        expected = reference.response_logprobs(model, PROMPTS, RESPONSES)
+        clean = impl.response_logprobs(model, PROMPTS, RESPONSES)
+        rows.append((str(spec), "none (impl)", float((expected - clean).abs().max())))
+        for name, forward in sorted(zoo.NEGATIVE_CONTROLS.items()):
+            rows.append((str(spec), name, control_delta(spec, forward)))
+    faulty = zoo._swapped(impl.response_logprobs, _samples=zoo._samples_accepting_empty_prompts)
+    for spec in CPU_SPECS:
+        delta = empty_prompt_delta(faulty, spec.build(), ([], [11, 12, 13]))
+        rows.append((str(spec), "empty_prompt (p == 0)", delta))
+    return rows
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for model_name, control, delta in measure():
+        print(f"| {model_name} | {control} | {delta:.3g} | {delta / FP32_TOL:,.0f}x |")
