@@ -23,6 +23,7 @@ console = Console(width=None if Console().is_terminal else 140)
 
 WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "rl_batch": workloads.rl_batch_workload,
+    "varlen": workloads.pack_varlen_workload,
 }
 
 

@@ -92,3 +92,33 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
     tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
     return Workload("rl_batch", "build_rl_batch", f"B={batch}, {tokens / 1e6:.2f} M tokens",
                     variants, output_bytes, tokens)
+
+
+def pack_varlen_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
+    """`varlen.pack_varlen` on the rl_batch inputs (B=1024, prompts 50–500, responses 50–2000)."""
+    from impl import varlen as impl
+    from reference import varlen as reference
+
+    prompts, responses, _ = rl_batch_inputs(batch, seed)
+    tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    response_tokens = sum(len(r) for r in responses)
+    padded = -(-tokens // 128) * 128
+    outputs = [((1, padded), torch.int64)] * 2 + [((response_tokens,), torch.int64)] * 3
+    output_bytes = sum(int(np.prod(s)) * 8 for s, _ in outputs)
+    j_prompts = hs.jagged(prompts, torch.int64, device)
+    j_responses = hs.jagged(responses, torch.int64, device)
+
+    def list_floor():
+        flatten_floor(prompts, responses, dtypes=[np.int64, np.int64])
+        write_floor(outputs)
+
+    variants = {
+        "reference": lambda: reference.pack_varlen(prompts, responses, pad_to_multiple=128),
+        "impl (lists)": lambda: impl.pack_varlen(prompts, responses, pad_to_multiple=128),
+        "floor (lists)": list_floor,
+        "impl (jagged)": lambda: impl.pack_varlen(j_prompts, j_responses, pad_to_multiple=128,
+                                                  device=device),
+        "floor (output write)": lambda: write_floor(outputs, device),
+    }
+    return Workload("varlen", "pack_varlen", f"B={batch}, {tokens / 1e6:.2f} M tokens",
+                    variants, output_bytes, tokens)
