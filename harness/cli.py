@@ -60,6 +60,7 @@ def verify(ops, profile, device, impl, json_path) -> int:
     from harness import profiles, registry
     from harness.checks import CheckStats, run_check
 
+    _one_thread_unless_asked()
     profile = profiles.load(profile)
     infos = registry.select(ops)
     if ":" in impl and len(infos) != 1:
@@ -101,6 +102,16 @@ def verify(ops, profile, device, impl, json_path) -> int:
             json.dump(report, handle, indent=2)
         console.print(f"report written to {json_path}")
     return 0 if results and all(r.passed for r in results) else 1
+
+
+def _one_thread_unless_asked() -> None:
+    """The checks run many tiny tensor ops: intra-op threads only contend (OMP_NUM_THREADS wins)."""
+    import os
+
+    import torch
+
+    if not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(1)
 
 
 def _progress() -> Progress:
