@@ -73,23 +73,31 @@ def build_rl_batch(
     # sequence tensors: row i holds prompt_i then response_i from column start_i on; a boolean
     # mask selects positions in row-major order, which is the order of the flat inputs
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
-    offset = torch.arange(width, device=device) - start[:, None]
-    prompt_part = (offset >= 0) & (offset < p_len[:, None])
-    response_part = (offset >= p_len[:, None]) & (offset < n_len[:, None])
+    columns = torch.arange(width, device=device)
+    real = columns >= start[:, None]
+    response_part = columns >= (start + p_len)[:, None]
+    if layout == "two_segment":  # right padding after the response
+        end = (start + n_len)[:, None]
+        real &= columns < end
+        response_part &= columns < end
+    prompt_part = real ^ response_part
     input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
     input_ids.masked_scatter_(prompt_part, p_flat)
     input_ids.masked_scatter_(response_part, r_flat)
-    position_ids = offset.clamp_(min=0)
+    position_ids = (columns - start[:, None]).clamp_(min=0)
     if layout == "two_segment":  # right padding repeats the last real position
         position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
 
     # response tensors: right-aligned (left layout) or left-aligned (two_segment)
     r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
-    r_offset = torch.arange(max_response, device=device) - r_start[:, None]
-    response_real = (r_offset >= 0) & (r_offset < r_len[:, None])
+    r_columns = torch.arange(max_response, device=device)
+    if layout == "left":
+        response_real = r_columns >= r_start[:, None]
+    else:
+        response_real = r_columns < r_len[:, None]
     out = {
         "input_ids": input_ids,
-        "attention_mask": (prompt_part | response_part).to(torch.int64),
+        "attention_mask": real.to(torch.int64),
         "position_ids": position_ids,
         "response_mask": response_real.to(torch.int64),
     }
