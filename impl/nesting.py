@@ -1,0 +1,464 @@
+"""Optimized `nesting` (spec: nesting.md): vectorized torch, device-generic.
+
+The contract (rules table, `PAD_TOKEN_ID`, `DenseFieldError`, `PayloadReport`) and the argument
+checks / plan (`plan_nesting`, metadata only) come from `reference.nesting`; everything per token
+happens here on the batch's device:
+
+    one scan of each mask      padded = [0 | mask | 0];  changes = padded[:, 1:] != padded[:, :-1]
+                               (rows, cols) of the changes pair up as (start, end) of each run
+    derived masks              attention runs clipped at P: no second scan of attention_mask
+    token indices              rows/cols of every real position, from the runs (repeat_interleave)
+    nest                       values = field[rows, cols]          reads only the real elements
+    unnest                     dense = full(pad); dense[rows, cols] = values
+
+Host round trips: the number of runs and of real tokens of each mask (output sizes), and one flag
+per validity check.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+from reference import nesting as _spec
+from reference.nesting import (  # noqa: F401 - the shared contract, re-exported
+    ATTENTION_MASK,
+    DEFAULT_RULES,
+    DERIVED_MASKS,
+    PAD_TOKEN_ID,
+    PROMPT_MASK,
+    RESPONSE_ATTENTION_MASK,
+    STASH,
+    DenseFieldError,
+    PayloadReport,
+    rle_keys,
+)
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class _Runs:
+    """The runs of ones of a (B, W) mask: row, start column and length of each, row-major."""
+
+    batch: int
+    width: int
+    rows: torch.Tensor  # (n_runs,) int64
+    starts: torch.Tensor  # (n_runs,) int64
+    lengths: torch.Tensor  # (n_runs,) int64
+
+    @property
+    def device(self) -> torch.device:
+        return self.starts.device
+
+    def run_offsets(self) -> torch.Tensor:
+        """(B+1,) int64: runs of row i are runs[offsets[i]:offsets[i+1]]."""
+        counts = torch.bincount(self.rows, minlength=self.batch)
+        return _exclusive_cumsum(counts)
+
+    def row_totals(self) -> torch.Tensor:
+        """(B,) int64: ones per row."""
+        totals = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
+        return totals.index_add_(0, self.rows, self.lengths)
+
+    def tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rows, cols) of every one, row-major: the positions a jagged row holds.
+
+        Token k of run q sits at column starts[q] + (k - first[q]), first[q] = tokens before q.
+        """
+        total = int(self.lengths.sum())
+        first = torch.cumsum(self.lengths, 0) - self.lengths
+        cols = torch.repeat_interleave(self.starts - first, self.lengths, output_size=total)
+        cols += torch.arange(total, device=self.device)
+        rows = torch.repeat_interleave(self.rows, self.lengths, output_size=total)
+        return rows, cols
+
+    def split(self, at: int, left: bool) -> _Runs:
+        """The runs of mask[:, :at] (left) or of mask[:, at:] (right), from these runs."""
+        ends = self.starts + self.lengths
+        if left:
+            keep = self.starts < at
+            starts, lengths = self.starts[keep], torch.clamp(ends[keep], max=at) - self.starts[keep]
+            return _Runs(self.batch, at, self.rows[keep], starts, lengths)
+        keep = ends > at
+        starts = torch.clamp(self.starts[keep], min=at)
+        return _Runs(self.batch, self.width - at, self.rows[keep], starts - at, ends[keep] - starts)
+
+
+def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=counts.device)
+    torch.cumsum(counts, 0, out=out[1:])
+    return out
+
+
+def _runs_of(mask: torch.Tensor, name: str) -> _Runs:
+    """Validate a dense 0/1 mask and find its runs with one scan."""
+    _check_binary(mask, name)
+    batch, width = mask.shape
+    padded = torch.zeros(batch, width + 2, dtype=torch.bool, device=mask.device)
+    padded[:, 1:-1] = mask != 0
+    rows, cols = (padded[:, 1:] != padded[:, :-1]).nonzero(as_tuple=True)
+    starts, ends = cols[0::2].contiguous(), cols[1::2]  # own storage: it is stored as is
+    return _Runs(batch, width, rows[0::2], starts, ends - starts)
+
+
+def _check_binary(mask: torch.Tensor, name: str) -> None:
+    if mask.dtype == torch.bool or mask.numel() == 0:
+        return
+    if mask.is_floating_point() or mask.is_complex():
+        bad = (mask != 0) & (mask != 1)
+    else:
+        low, high = torch.aminmax(mask)
+        if bool((low >= 0) & (high <= 1)):
+            return
+        bad = (mask != 0) & (mask != 1)
+    if bool(bad.any()):
+        row = int(bad.any(1).nonzero()[0, 0])
+        value = mask[row][bad[row]][0].item()
+        raise ValueError(f"mask {name!r} row {row} holds {value!r}: masks must be 0/1")
+
+
+def _runs_from_encoding(td, name: str, width: int) -> _Runs:
+    """The runs stored as `{name}_offsets` / `{name}_lengths` (validated)."""
+    starts_key, lengths_key = rle_keys(name)
+    starts_njt, lengths_njt = _jagged(td, starts_key), _jagged(td, lengths_key)
+    batch = td.batch_size[0]
+    offsets = starts_njt.offsets()
+    if offsets.numel() != batch + 1 or lengths_njt.offsets().numel() != batch + 1:
+        raise ValueError(f"{starts_key!r} must have {batch} rows")
+    if not torch.equal(offsets, lengths_njt.offsets()):
+        raise ValueError(f"{starts_key!r} and {lengths_key!r} have different rows")
+    starts, lengths = starts_njt.values(), lengths_njt.values()
+    counts = torch.diff(offsets)
+    rows = torch.repeat_interleave(torch.arange(batch, device=offsets.device), counts,
+                                   output_size=starts.numel())
+    ends = starts + lengths
+    bad = (starts < 0) | (lengths < 1) | (ends > width)
+    if starts.numel() > 1:
+        same_row = rows[1:] == rows[:-1]
+        bad[1:] |= same_row & (starts[1:] < ends[:-1])
+    if bool(bad.any()):
+        row = int(rows[bad.nonzero()[0, 0]])
+        raise ValueError(f"{name!r} row {row}: runs overlap or fall outside width {width}")
+    return _Runs(batch, width, rows, starts, lengths)
+
+
+def _jagged(td, key: str) -> torch.Tensor:
+    value = td.get(key) if key in td.keys() else None
+    if not _spec._is_jagged(value):
+        raise ValueError(f"the nested batch's {key!r} must be a contiguous jagged tensor")
+    return value
+
+
+# --------------------------------------------------------------------------- nest_by_mask
+
+
+def nest_by_mask(td, *, pad_token_id=None, rules=None, strict=False, ignore_dense=()):
+    """Each ruled field as a jagged tensor of its real positions, each mask as its runs
+    (layout pictures in `reference.nesting`)."""
+    plan = _spec.plan_nesting(td, pad_token_id=pad_token_id, rules=rules, strict=strict,
+                              ignore_dense=ignore_dense)
+    runs = {name: _runs_of(td.get(name), name)
+            for name, info in plan.masks.items() if not info.derived}
+    for name, info in plan.masks.items():
+        if info.derived:
+            runs[name] = runs[ATTENTION_MASK].split(plan.prompt_width, name == PROMPT_MASK)
+    positions = {name: runs[name].tokens() for name in runs}
+    flat = {name: rows * runs[name].width + cols for name, (rows, cols) in positions.items()}
+    token_offsets = {name: _exclusive_cumsum(runs[name].row_totals()) for name in runs}
+
+    out = TensorDict({}, batch_size=td.batch_size, device=td.device)
+    for key in td.keys():
+        if key in plan.fields:
+            rule = plan.fields[key]
+            values = _gather(td.get(key), rule, positions[rule.mask], flat[rule.mask])
+            out.set(key, torch.nested.nested_tensor_from_jagged(
+                values, offsets=token_offsets[rule.mask]))
+        elif key in plan.masks:
+            _set_runs(out, key, runs[key])
+        else:
+            out.set(key, td.get(key))
+    for name, info in plan.masks.items():
+        if info.derived:
+            _set_runs(out, name, runs[name])
+    if "max_prompt_length" in plan.added:
+        out.set_non_tensor("max_prompt_length", plan.prompt_width)
+    if "max_response_length" in plan.added:
+        out.set_non_tensor("max_response_length", plan.response_width)
+    out.set_non_tensor(STASH, plan.stash())
+    _spec.check_coverage(out, plan, strict)
+    return out
+
+
+def _gather(value: torch.Tensor, rule, positions, flat: torch.Tensor) -> torch.Tensor:
+    """The real elements (nnz, *trailing) of a field, reading nothing else."""
+    if rule.permute is not None:
+        return value.permute(*rule.permute)[positions]
+    batch, width, *trailing = value.shape
+    if value.is_contiguous():
+        rows = value.view(batch * width, math.prod(trailing)).index_select(0, flat)
+        return rows.view(flat.numel(), *trailing)
+    return value[positions]
+
+
+def _set_runs(out, mask: str, runs: _Runs) -> None:
+    offsets = runs.run_offsets()
+    starts_key, lengths_key = rle_keys(mask)
+    out.set(starts_key, torch.nested.nested_tensor_from_jagged(runs.starts, offsets=offsets))
+    out.set(lengths_key, torch.nested.nested_tensor_from_jagged(runs.lengths, offsets=offsets))
+
+
+# --------------------------------------------------------------------------- unnest_by_mask
+
+
+def unnest_by_mask(td):
+    """Exact inverse of `nest_by_mask` on a nested batch or any contiguous chunk of it."""
+    stash = _spec.stash_of(td)
+    runs = {name: _runs_from_encoding(td, name, info["width"])
+            for name, info in stash["masks"].items()}
+    positions = {name: r.tokens() for name, r in runs.items()}
+    flat = {name: rows * runs[name].width + cols for name, (rows, cols) in positions.items()}
+    dropped = set(stash["added"]) | {STASH} | {k for m in stash["masks"] for k in rle_keys(m)}
+    out = TensorDict({}, batch_size=td.batch_size, device=td.device)
+    for key in stash["order"]:
+        if key in stash["fields"]:
+            if key in td.keys():  # a field removed after nesting stays removed
+                out.set(key, _unnest_field(td, key, stash["fields"][key], runs, flat))
+        elif key in stash["masks"]:
+            info = stash["masks"][key]
+            mask = torch.zeros(td.batch_size[0], info["width"], dtype=info["dtype"],
+                               device=runs[key].device)
+            mask.view(-1).index_fill_(0, flat[key], 1)
+            out.set(key, mask)
+        elif key in td.keys():
+            out.set(key, td.get(key))
+    for key in td.keys():
+        if key not in out.keys() and key not in dropped and key not in stash["fields"]:
+            out.set(key, td.get(key))
+    return out
+
+
+def _unnest_field(td, key: str, rule: dict, runs, flat) -> torch.Tensor:
+    value = _jagged_field(td, key)
+    mask_runs = runs[rule["mask"]]
+    _check_row_lengths(value, mask_runs, key)
+    trailing = tuple(value.shape[2:])
+    dense = torch.full((mask_runs.batch, mask_runs.width, *trailing), rule["pad"],
+                       dtype=value.dtype, device=value.device)
+    index, inner = flat[rule["mask"]], math.prod(trailing)
+    dense.view(mask_runs.batch * mask_runs.width, inner).index_copy_(
+        0, index, value.values().reshape(index.numel(), inner))
+    if rule["permute"] is not None:
+        dense = dense.permute(*rule["permute"]).contiguous()
+    return dense
+
+
+def _jagged_field(td, key: str) -> torch.Tensor:
+    value = td.get(key)
+    if not _spec._is_jagged(value):
+        raise ValueError(f"field {key!r} of the nested batch is not a contiguous jagged tensor")
+    return value
+
+
+def _check_row_lengths(value: torch.Tensor, runs: _Runs, key: str) -> None:
+    lengths = torch.diff(value.offsets())
+    expected = runs.row_totals()
+    if lengths.numel() != expected.numel() or not torch.equal(lengths, expected):
+        differ = (lengths != expected).nonzero() if lengths.numel() == expected.numel() else None
+        row = int(differ[0, 0]) if differ is not None and differ.numel() else 0
+        raise ValueError(f"field {key!r} row {row}: its row lengths do not match its mask's "
+                         "ones")
+
+
+# --------------------------------------------------------------------------- chunk_nested
+
+
+def chunk_nested(td, n):
+    """`n` contiguous row slices as `torch.chunk` makes them (see `reference.nesting`)."""
+    _spec._check_batch(td, "td")
+    if not _spec._is_int(n):
+        raise TypeError(f"n must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    batch = td.batch_size[0]
+    if batch == 0:
+        return [td[0:0] for _ in range(n)]
+    size = -(-batch // n)
+    return [td[start:min(start + size, batch)] for start in range(0, batch, size)]
+
+
+# --------------------------------------------------------------------------- extract_response
+
+
+def extract_response(td, output):
+    """Column j of row i = the output at row i's real token p_i - 1 + j (the logit predicting
+    response token j); zeros beyond r_i. Dense and nested batches give identical results."""
+    prompt_width, response_width, attention = _attention_runs(td)
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"output must be a tensor, got {type(output).__name__}")
+    if output.is_nested and output.layout != torch.jagged:
+        raise TypeError("output must be a jagged (torch.jagged) nested tensor or a flat tensor")
+    prompt = attention.split(prompt_width, left=True).row_totals()
+    response = attention.split(prompt_width, left=False).row_totals()
+    values, row_starts = _output_values(output, (prompt + response).to(output.device))
+    prompt, response = prompt.to(output.device), response.to(output.device)
+    too_long = response > response_width
+    if bool(too_long.any()):
+        row = int(too_long.nonzero()[0, 0])
+        raise ValueError(f"row {row} has {int(response[row])} response tokens, more than R = "
+                         f"{response_width} (no silent truncation)")
+    orphan = (prompt == 0) & (response > 0)
+    if bool(orphan.any()):
+        row = int(orphan.nonzero()[0, 0])
+        raise ValueError(f"row {row} has an empty prompt and response tokens: no logit "
+                         "predicts its first response token")
+    batch = attention.batch
+    columns = torch.arange(response_width, device=output.device)
+    real = columns < response[:, None]
+    source = (row_starts + prompt - 1)[:, None] + columns
+    result = torch.zeros((batch, response_width, *values.shape[1:]), dtype=output.dtype,
+                         device=output.device)
+    result[real] = values[source[real]]
+    return result
+
+
+def _attention_runs(td) -> tuple[int, int, _Runs]:
+    _spec._check_batch(td, "td")
+    if STASH in td.keys():
+        stash = _spec.stash_of(td)
+        prompt_width, response_width = stash["max_prompt_length"], stash["max_response_length"]
+        if ATTENTION_MASK not in stash["masks"]:
+            raise ValueError(f"the nested batch has no {ATTENTION_MASK!r} encoding")
+        runs = _runs_from_encoding(td, ATTENTION_MASK, stash["masks"][ATTENTION_MASK]["width"])
+    else:
+        tensors = _spec._tensor_keys(td)
+        if ATTENTION_MASK not in tensors:
+            raise ValueError(f"td has no {ATTENTION_MASK!r}")
+        prompt_width, response_width = _spec.batch_widths(td, tensors)
+        runs = _runs_of(td.get(ATTENTION_MASK), ATTENTION_MASK)
+    if response_width is None or prompt_width is None:
+        raise ValueError("R is unknown: td has no responses, response_mask or non-tensor "
+                         "max_response_length")
+    return prompt_width, response_width, runs
+
+
+def _output_values(output: torch.Tensor, totals: torch.Tensor):
+    """(flat values (nnz, *), start of each row in them), checked against the row lengths."""
+    batch = totals.numel()
+    if output.is_nested:
+        if output.dim() < 2 or output._ragged_idx != 1 or output.shape[0] != batch:
+            raise ValueError(f"output must have {batch} rows ragged on dim 1")
+        offsets = output.offsets()
+        lengths = torch.diff(offsets) if output.lengths() is None else output.lengths()
+        if not torch.equal(lengths, totals):
+            row = int((lengths != totals).nonzero()[0, 0])
+            raise ValueError(f"output row {row} has {int(lengths[row])} tokens, the batch row "
+                             f"has {int(totals[row])} real tokens")
+        return output.values(), offsets[:-1]
+    if output.dim() < 1 or output.shape[0] != int(totals.sum()):
+        raise ValueError(f"a flat output must have shape (nnz, ...) with nnz = "
+                         f"{int(totals.sum())} real tokens, got {tuple(output.shape)}")
+    return output, _exclusive_cumsum(totals)[:-1]
+
+
+# --------------------------------------------------------------------------- pad_to_response_width
+
+
+def pad_to_response_width(td, *fields):
+    """Dense `(B, R, *trailing)` response-axis fields: values at their original columns, zeros
+    elsewhere, exactly R wide whatever chunk of rows `td` is."""
+    stash = _spec.stash_of(td)
+    for name in fields:
+        if not isinstance(name, str):
+            raise TypeError(f"field names must be str, got {name!r}")
+    response_width = stash["max_response_length"]
+    if response_width is None:
+        raise ValueError("the nested batch has no max_response_length")
+    out = TensorDict({}, batch_size=td.batch_size, device=td.device)
+    for name in fields:
+        rule = stash["fields"].get(name)
+        if rule is None or name not in td.keys():
+            raise ValueError(f"{name!r} is not a nested field of td")
+        if rule["mask"] not in (RESPONSE_ATTENTION_MASK, "response_mask"):
+            raise ValueError(f"{name!r} is nested by {rule['mask']!r}, not by the response "
+                             "attention: it is not a response-axis field")
+        runs = _runs_from_encoding(td, rule["mask"], stash["masks"][rule["mask"]]["width"])
+        value = _jagged_field(td, name)
+        _check_row_lengths(value, runs, name)
+        rows, cols = runs.tokens()
+        beyond = cols >= response_width
+        if bool(beyond.any()):
+            first = int(beyond.nonzero()[0, 0])
+            raise ValueError(f"field {name!r} row {int(rows[first])} has a real token at column "
+                             f"{int(cols[first])}, beyond R = {response_width}")
+        dense = torch.zeros((runs.batch, response_width, *value.shape[2:]), dtype=value.dtype,
+                            device=value.device)
+        dense[rows, cols] = value.values()
+        out.set(name, dense)
+    return out
+
+
+# --------------------------------------------------------------------------- payload_report
+
+
+def payload_report(dense_td, nested_td) -> PayloadReport:
+    """Dense, nested and ceiling bytes, their ratios and the `torch.save` sizes (definitions in
+    `reference.nesting.payload_report`)."""
+    _spec._check_batch(dense_td, "dense_td")
+    stash = _spec.stash_of(nested_td, "nested_td")
+    dense_bytes, nested_bytes = _held_bytes(dense_td), _held_bytes(nested_td)
+    ceiling_bytes = _ceiling(dense_td, stash)
+    ratio = _spec._ratio
+    return PayloadReport(
+        dense_bytes=dense_bytes,
+        nested_bytes=nested_bytes,
+        ceiling_bytes=ceiling_bytes,
+        compression=ratio(dense_bytes, nested_bytes),
+        ceiling=ratio(dense_bytes, ceiling_bytes),
+        efficiency=ratio(ceiling_bytes, nested_bytes),
+        wire_bytes_dense=_saved_bytes(dense_td),
+        wire_bytes_nested=_saved_bytes(nested_td),
+    )
+
+
+def _held_bytes(td) -> int:
+    storages = {}
+    for key in td.keys():
+        if td.is_non_tensor(key):
+            continue
+        value = td.get(key)
+        parts = (value.values(), value.offsets(), value.lengths()) if value.is_nested else (value,)
+        for part in parts:
+            if part is not None:
+                storage = part.untyped_storage()
+                storages[(part.device, storage.data_ptr())] = storage.nbytes()
+    return sum(storages.values())
+
+
+def _ceiling(td, stash: dict) -> int:
+    rules = {name: rule[0] for name, rule in DEFAULT_RULES.items()}
+    rules.update({name: rule["mask"] for name, rule in stash["fields"].items()})
+    masks = set(stash["masks"]) | set(rules.values())
+    total = 0
+    for key in _spec._tensor_keys(td):
+        if key in masks:
+            continue
+        value = td.get(key)
+        mask = _spec._ceiling_mask(td, rules.get(key), stash["max_prompt_length"])
+        if (mask is None or value.dim() < 2 or mask.numel() == 0
+                or value.numel() % mask.numel() != 0):
+            total += value.numel() * value.element_size()
+        else:
+            per_position = value.numel() // mask.numel() * value.element_size()
+            total += int(torch.count_nonzero(mask)) * per_position
+    return total
+
+
+def _saved_bytes(td) -> int:
+    buffer = io.BytesIO()
+    torch.save(td, buffer)
+    return buffer.getbuffer().nbytes
