@@ -31,7 +31,17 @@ WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "rl_batch": workloads.rl_batch_workload,
     "varlen": workloads.pack_varlen_workload,
     "nesting": _nesting_workload,
+    "sft.collate_sft": workloads.collate_sft_workload,
+    "sft.pack_sft": workloads.pack_sft_workload,
 }
+
+
+def _selected(ops) -> list[str]:
+    """Workload names for `--op`: an op (`sft`) selects all of its `sft.<function>` workloads."""
+    if not ops:
+        return list(WORKLOADS)
+    return [name for name in WORKLOADS if any(name == op or name.startswith(op + ".")
+                                               for op in ops)] or list(ops)
 
 
 def time_variants(workload: workloads.Workload, rounds: int, device: str,
@@ -78,7 +88,7 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
 
 
 def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False) -> int:
-    names = ops or list(WORKLOADS)
+    names = _selected(ops)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         console.print(f"[red]no benchmark workload for {unknown}; available: {list(WORKLOADS)}")

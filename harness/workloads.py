@@ -127,3 +127,88 @@ def pack_varlen_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) 
     }
     return Workload("varlen", "pack_varlen", f"B={batch}, {tokens / 1e6:.2f} M tokens",
                     variants, output_bytes, tokens)
+
+
+# --------------------------------------------------------------------------- sft
+
+SFT_PACK_CONFIG = {"capacity": 16384, "dp_size": 8, "tp_size": 2, "cp_size": 2}
+
+
+def sft_inputs(batch: int = 1024, seed: int = 0, length=(50, 2000), vocab: int = 32000,
+               as_tensors: bool = False, device: str = "cpu") -> list[dict]:
+    """Examples as SkyRL builds them: input_ids, attention_mask (all ones), num_actions uniform
+    in [1, s], a 0/1 loss mask with ~10% interior zeros (Python lists, or 1-D tensors)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(length[0], length[1] + 1, batch)
+    examples = []
+    for s in lengths:
+        n = int(rng.integers(1, s + 1))
+        ids, loss = rng.integers(0, vocab, s), (rng.random(n) < 0.9).astype(np.int64)
+        if as_tensors:
+            examples.append({"input_ids": torch.from_numpy(ids).to(device),
+                             "attention_mask": torch.ones(s, dtype=torch.int64, device=device),
+                             "num_actions": n,
+                             "loss_mask": torch.from_numpy(loss).float().to(device)})
+        else:
+            examples.append({"input_ids": ids.tolist(), "attention_mask": [1] * int(s),
+                             "num_actions": n, "loss_mask": loss.tolist()})
+    return examples
+
+
+def _list_floor(examples, outputs):
+    def floor():
+        flatten_floor([ex["input_ids"] for ex in examples],
+                      [ex["attention_mask"] for ex in examples],
+                      [ex["loss_mask"] for ex in examples],
+                      dtypes=[np.int64, np.int64, np.float32])
+        write_floor(outputs)
+    return floor
+
+
+def _bytes(outputs) -> int:
+    return sum(int(np.prod(s)) * torch.empty((), dtype=d).element_size() for s, d in outputs)
+
+
+def collate_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
+    from impl import sft as impl
+    from reference import sft as reference
+
+    examples = sft_inputs(batch, seed)
+    tensors = sft_inputs(batch, seed, as_tensors=True, device=device)
+    n, width = len(examples), max(len(ex["input_ids"]) for ex in examples)
+    response = max(ex["num_actions"] for ex in examples)
+    outputs = [((n, width), torch.int64)] * 2 + [((n, response), torch.float32)]
+    variants = {
+        "reference": lambda: reference.collate_sft(examples, pad_token_id=0),
+        "impl (lists)": lambda: impl.collate_sft(examples, pad_token_id=0),
+        "floor (lists)": _list_floor(examples, outputs),
+        "impl (tensors)": lambda: impl.collate_sft(tensors, pad_token_id=0, device=device),
+        "floor (output write)": lambda: write_floor(outputs, device),
+    }
+    tokens = sum(len(ex["input_ids"]) for ex in examples)
+    return Workload("sft", "collate_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens", variants,
+                    _bytes(outputs), tokens)
+
+
+def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
+    from impl import sft as impl
+    from reference import sft as reference
+
+    examples = sft_inputs(batch, seed)
+    tensors = sft_inputs(batch, seed, as_tensors=True, device=device)
+    shape = impl.pack_sft(examples, pad_token_id=0, **SFT_PACK_CONFIG)
+    rows, width = shape["input_ids"].shape
+    outputs = [((rows, width), torch.int64)] * 3 + [((rows, width - 1), torch.float32),
+                                                    ((batch,), torch.int64),
+                                                    ((batch + 1,), torch.int32)]
+    variants = {
+        "reference": lambda: reference.pack_sft(examples, pad_token_id=0, **SFT_PACK_CONFIG),
+        "impl (lists)": lambda: impl.pack_sft(examples, pad_token_id=0, **SFT_PACK_CONFIG),
+        "floor (lists)": _list_floor(examples, outputs),
+        "impl (tensors)": lambda: impl.pack_sft(tensors, pad_token_id=0, device=device,
+                                                **SFT_PACK_CONFIG),
+        "floor (output write)": lambda: write_floor(outputs, device),
+    }
+    tokens = sum(len(ex["input_ids"]) for ex in examples)
+    return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens, "
+                    f"{rows} x {width} rows, dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens)

@@ -1,0 +1,144 @@
+"""Bug-zoo entries for `pipeline`: integration bugs *between* ops, each op being right alone.
+
+Each entry runs the impl chain (`impl.pipeline.run_step`) with one stage swapped for the faulty
+glue a real trainer shipped; the ops themselves are the correct impl ops.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from harness.zoo import ZooEntry
+from impl import pipeline as _impl
+from impl import trainer
+from reference.pipeline import loss_scale
+
+
+def _chain(**stages):
+    faulty = _impl.STAGES.replace(**stages)
+
+    def rl_step(model, *args, **kwargs):
+        return _impl.run_step(faulty, model, *args, **kwargs)["ledger"]
+
+    return rl_step
+
+
+def _local_width(logprobs, response_lengths, width):
+    """The micro-batch's (b, W) right-aligned logprobs right-padded to the canonical R and read
+    as if they were right-aligned at R: rows whose micro-batch is narrower than R shift."""
+    local = logprobs.shape[1]
+    return _impl.to_canonical(F.pad(logprobs, (0, width - local)), response_lengths, width)
+
+
+def _alias_missing(chunk, fields, response_lengths):
+    """The worker looks for its trained-token mask under another name, finds none and falls back
+    to the response attention: every real response token is trained, tool output included."""
+    columns = torch.arange(fields["loss_mask"].shape[1])
+    return (columns[None, :] < response_lengths[:, None]).to(torch.float32)
+
+
+def _padding_counted(step, batch):
+    """Padding rows built with loss_mask 1 on their response token (a copy of a real row's
+    masks): they weigh in the loss and in N."""
+    padded = _impl.pad(step, batch)
+    if "is_padding" not in padded.keys():
+        return padded
+    padded = padded.clone()
+    width = padded.get_non_tensor("max_response_length")
+    response = padded["attention_mask"][:, -width:].to(torch.float32)
+    flags = padded["is_padding"][:, None]
+    padded["loss_mask"] = torch.where(flags, response, padded["loss_mask"])
+    return padded
+
+
+def _scale_with_padding(step, padded):
+    masks = padded["loss_mask"].tolist()
+    return loss_scale(masks)
+
+
+def _broadcast_before_layout(step):
+    """Advantages broadcast onto the rollout batch's (left layout, right-aligned) columns, then
+    carried into the two-segment batch, whose responses are left-aligned."""
+    left, batch = _impl.layout_and_advantages(step)
+    trained = (left["loss_mask"] != 0).to(torch.int64)
+    batch["advantages"] = trainer.broadcast_stepwise_advantages(
+        torch.tensor(step.scores, dtype=torch.float32), torch.tensor(step.traj_ids), trained)
+    return left, batch
+
+
+def _rows_balanced(step, padded):
+    """Balancing step rows (verl's per-sample balance) instead of whole trajectories."""
+    from impl import balance
+
+    tokens = padded["attention_mask"].sum(1).tolist()
+    return balance.balanced_partitions(tokens, step.dp_size)
+
+
+def _overlapping_bounds(ranks):
+    """Rank slices [start, end] inclusive: each rank also gets the next rank's first row."""
+    total = sum(len(r) for r in ranks)
+    return [(a, min(b + 1, total)) for a, b in _impl.rank_bounds(ranks)]
+
+
+
+ENTRIES = [
+    ZooEntry(
+        name="pipeline_local_width",
+        op="pipeline",
+        function="rl_step",
+        bug="a micro-batch's right-aligned logprobs read at the canonical width R instead of "
+            "their own width W (verl #6009: widths disagreeing after chunking)",
+        killers=("equivalence", "property:invariant_to_dp_and_budget", "pin:local_width"),
+        replacement=_chain(to_canonical=_local_width),
+        reference="verl PR #6009",
+    ),
+    ZooEntry(
+        name="pipeline_mask_alias_missing",
+        op="pipeline",
+        function="rl_step",
+        bug="the worker's loss-mask alias is missing, so it falls back to the response "
+            "attention and trains tool tokens",
+        killers=("equivalence", "property:values_reach_loss", "pin:tool_tokens_untrained"),
+        replacement=_chain(weight_mask=_alias_missing),
+        reference="verl PR #6009 (response_mask vs response attention)",
+    ),
+    ZooEntry(
+        name="pipeline_padding_rows_in_loss",
+        op="pipeline",
+        function="rl_step",
+        bug="padding rows carry loss_mask 1 on their response token: they count in the loss "
+            "and in the token-mean denominator",
+        killers=("equivalence", "property:padding_contributes_zero", "pin:padding_rows"),
+        replacement=_chain(pad=_padding_counted, scale=_scale_with_padding),
+        reference="verl PR #5969",
+    ),
+    ZooEntry(
+        name="pipeline_broadcast_before_layout",
+        op="pipeline",
+        function="rl_step",
+        bug="step-wise advantages broadcast onto the left layout's columns before the layout "
+            "step, then carried into the two-segment batch",
+        killers=("equivalence", "property:values_reach_loss", "pin:advantages_after_layout"),
+        replacement=_chain(layout_and_advantages=_broadcast_before_layout),
+        reference="SkyRL PR #1507 (advantages on the wrong columns)",
+    ),
+    ZooEntry(
+        name="pipeline_split_group",
+        op="pipeline",
+        function="rl_step",
+        bug="DP balancing over step rows instead of whole trajectories splits a trajectory "
+            "across ranks",
+        killers=("equivalence", "property:groups_intact", "pin:whole_trajectories"),
+        replacement=_chain(assign_ranks=_rows_balanced),
+    ),
+    ZooEntry(
+        name="pipeline_overlapping_rank_slices",
+        op="pipeline",
+        function="rl_step",
+        bug="rank slices of the rank-major batch taken with an inclusive end: a row reaches the "
+            "loss on two ranks",
+        killers=("equivalence", "property:tokens_exactly_once", "pin:rank_slices"),
+        replacement=_chain(rank_bounds=_overlapping_bounds),
+    ),
+]

@@ -1,0 +1,576 @@
+"""Bug-zoo entries for `sft`: the bugs that shipped (or nearly shipped) in SFT collation and
+packing — FFD tie order, bin-major rows, the loss shift, the W-1 clamp, CP alignment, SkyRL's
+length-1 loss-mask broadcast — plus the classic off-by-ones of packing code.
+
+Most entries wrap the correct `impl` function and damage its output the way the real bug did;
+the FFD entries are small variants of the algorithm. Every replacement calls the functions bound
+below, before any entry is planted (planting replaces module attributes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from harness.zoo import ZooEntry
+from impl import sft as _impl
+from reference import sft as _reference
+
+_collate = _impl.collate_sft
+_pack = _impl.pack_sft
+_ffd = _impl.ffd_bins
+_align = _impl.align_size
+_oracle_pack = _reference.pack_sft
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _align_of(kwargs) -> int:
+    return _align(kwargs.get("tp_size", 1), kwargs.get("cp_size", 1), fp8=kwargs.get("fp8", False))
+
+
+def _sub_lengths(td) -> list[list[int]]:
+    nested = td["sub_seq_lengths"]
+    offsets, values = nested.offsets().tolist(), nested.values().tolist()
+    return [values[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+def _slots(td, align: int):
+    """(row, offset, s, aligned) of every sub-sequence, in row order."""
+    for r, lengths in enumerate(_sub_lengths(td)):
+        offset = 0
+        for s in lengths:
+            yield r, offset, s, _round_up(s, align)
+            offset += _round_up(s, align)
+
+
+def _rows(examples, kwargs) -> list[list[int]]:
+    lengths = [len(ex["input_ids"]) for ex in examples]
+    dp = kwargs.get("dp_size", 1)
+    bins = _ffd(lengths, kwargs["capacity"], min_bins=dp, bin_multiple=dp)
+    return [bins[k] for shard in range(dp) for k in range(shard, len(bins), dp)]
+
+
+def _full(ex) -> list[float]:
+    loss = ex["loss_mask"]
+    loss = loss.tolist() if isinstance(loss, torch.Tensor) else [float(v) for v in loss]
+    return [0.0] * (len(ex["input_ids"]) - ex["num_actions"]) + loss
+
+
+def _scale(total: float) -> torch.Tensor:
+    return torch.tensor(1.0 / max(total, 1), dtype=torch.float32)
+
+
+# --------------------------------------------------------------------------- ffd_bins variants
+
+
+def _ffd_variant(lengths, capacity, *, min_bins=1, bin_multiple=1, ties="larger", slack=0,
+                 adjust="move"):
+    """The reference algorithm with one knob turned (see the entries below)."""
+    lengths = _impl._check_lengths(lengths, capacity, min_bins, bin_multiple)
+    sign = 1 if ties == "larger" else -1
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], sign * i), reverse=True)
+    bins, remaining = [], []
+    for i in order:
+        for b in range(len(bins)):
+            if remaining[b] + slack >= lengths[i]:
+                bins[b].append(i)
+                remaining[b] -= lengths[i]
+                break
+        else:
+            bins.append([i])
+            remaining.append(capacity - lengths[i])
+    target = -(-max(len(bins), min_bins) // bin_multiple) * bin_multiple
+    if adjust == "none" or target == len(bins):
+        return bins
+    if len(lengths) < target:
+        raise ValueError(f"cannot create {target} bins from {len(lengths)} sequences")
+    if adjust == "empty":
+        return bins + [[] for _ in range(target - len(bins))]
+    donors = sorted(range(len(bins)), key=lambda b: (len(bins[b]), b), reverse=True)
+    if adjust == "copy":  # the donor never shrinks: every new bin repeats its last item
+        return bins + [[bins[donors[0]][-1]] for _ in range(target - len(bins))]
+    cursor = 0
+    for _ in range(target - len(bins)):
+        while len(bins[donors[cursor]]) <= 1:
+            cursor += 1
+        bins.append([bins[donors[cursor]].pop()])
+    return bins
+
+
+def _ffd_ties_ascending(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        ties="smaller")
+
+
+def _ffd_no_adjustment(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        adjust="none")
+
+
+def _ffd_empty_bins(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        adjust="empty")
+
+
+def _ffd_copies(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        adjust="copy")
+
+
+def _ffd_off_by_one(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        slack=1)
+
+
+_calls = itertools.count()
+
+
+def _ffd_hidden_state(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    """Tie order flips from call to call (as with iteration over a set or a dict built in a
+    different order, or an unstable sort on the GPU): two calls on one input disagree."""
+    ties = "larger" if next(_calls) % 2 == 0 else "smaller"
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        ties=ties)
+
+
+# --------------------------------------------------------------------------- align_size variants
+
+
+def _align_tp_cp(tp_size=1, cp_size=1, *, fp8=False):
+    base = tp_size * cp_size if cp_size > 1 else tp_size
+    return math.lcm(base, 16 * cp_size) if fp8 else base
+
+
+def _align_fp8_ignores_cp(tp_size=1, cp_size=1, *, fp8=False):
+    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
+    return math.lcm(base, 16) if fp8 else base
+
+
+def _align_fp8_product(tp_size=1, cp_size=1, *, fp8=False):
+    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
+    return base * 16 * cp_size if fp8 else base
+
+
+# --------------------------------------------------------------------------- pack_sft variants
+
+
+def _bin_major(examples, **kwargs):
+    """Rows in bin order: a contiguous split hands DP rank 0 bins 0..k, not bins 0, dp, 2dp."""
+    td = _pack(examples, **kwargs)
+    dp = kwargs.get("dp_size", 1)
+    n_rows = td["input_ids"].shape[0]
+    shard_major = [k for shard in range(dp) for k in range(shard, n_rows, dp)]
+    order = torch.tensor([shard_major.index(k) for k in range(n_rows)])
+    return _reordered(td, order, _align_of(kwargs))
+
+
+def _reordered(td, order: torch.Tensor, align: int):
+    for key in ("input_ids", "attention_mask", "position_ids", "loss_mask"):
+        td[key] = td[key][order]
+    lengths = _sub_lengths(td)
+    lengths = [lengths[i] for i in order.tolist()]
+    offsets = torch.tensor([0] + list(itertools.accumulate(len(r) for r in lengths)))
+    values = torch.tensor([s for row in lengths for s in row], dtype=torch.int64)
+    td["sub_seq_lengths"] = torch.nested.nested_tensor_from_jagged(values, offsets=offsets)
+    cu = [0] + list(itertools.accumulate(_round_up(s, align) for row in lengths for s in row))
+    td.set_non_tensor("cu_seqlens_padded", torch.tensor(cu, dtype=torch.int32))
+    return td
+
+
+def _loss_from(examples, kwargs, td, value_at):
+    """Rebuild loss_mask from a W-wide per-token mask: column c holds value_at(full, p) for the
+    token p of the sub-sequence at column c (nothing past W - 2); normalized by its own sum."""
+    rows, align = _rows(examples, kwargs), _align_of(kwargs)
+    loss = torch.zeros_like(td["loss_mask"])
+    last = loss.shape[1] - 1
+    for r, row in enumerate(rows):
+        offset = 0
+        for i in row:
+            full = _full(examples[i])
+            for p in range(len(full)):
+                if offset + p <= last:
+                    loss[r, offset + p] = value_at(full, p)
+            offset += _round_up(len(full), align)
+    td["loss_mask"] = loss * _scale(math.fsum(loss.flatten().tolist()))
+    return td
+
+
+def _token_mask(full, p):
+    return full[p]
+
+
+def _loss_unshifted(examples, **kwargs):
+    """The W-wide token mask cut with [:, :-1] instead of [:, 1:]: loss_mask[off + p] = full[p]
+    (the token's own mask, not its target's), so the last column of a sub-sequence becomes a
+    target across the boundary and full[0] is counted."""
+    return _loss_from(examples, kwargs, _pack(examples, **kwargs), _token_mask)
+
+
+def _oracle_loss_unshifted(examples, **kwargs):
+    return _loss_from(examples, kwargs, _oracle_pack(examples, **kwargs), _token_mask)
+
+
+def _w_minus_1_clamp(examples, **kwargs):
+    """Each sub-sequence writes s targets (the last one empty) at min(off + p, W - 2): the
+    "unreachable" clamp fires when the widest row's last slot ends exactly at W, and the
+    empty write lands on column W - 2, erasing that sub-sequence's last real target."""
+    td = _pack(examples, **kwargs)
+    width = td["input_ids"].shape[1]
+    loss = td["loss_mask"].clone()
+    for r, offset, s, _ in _slots(td, _align_of(kwargs)):
+        if offset + s == width and width >= 2:
+            loss[r, width - 2] = 0.0
+    td["loss_mask"] = loss
+    return td
+
+
+def _normalized_before_shift(examples, **kwargs):
+    """Normalized by the sum of the raw loss masks (full[0] included) instead of the targets."""
+    td = _pack(examples, **kwargs)
+    right = _scale(math.fsum(v for ex in examples for v in _full(ex)[1:]))
+    wrong = _scale(math.fsum(v for ex in examples for v in _full(ex)))
+    if right.item() == 0.0:
+        return td
+    td["loss_mask"] = td["loss_mask"] / right * wrong
+    return td
+
+
+def _attention_over_slot(examples, **kwargs):
+    """attention_mask 1 on the whole aligned slot [off, off + roundup(s, a)), padding included."""
+    td = _pack(examples, **kwargs)
+    attention = td["attention_mask"].clone()
+    for r, offset, _, aligned in _slots(td, _align_of(kwargs)):
+        attention[r, offset:offset + aligned] = 1
+    td["attention_mask"] = attention
+    return td
+
+
+def _right_aligned_in_slot(examples, **kwargs):
+    """Alignment padding put before each sub-sequence instead of after it."""
+    td = _pack(examples, **kwargs)
+    pad = kwargs["pad_token_id"]
+    fills = {"input_ids": pad, "attention_mask": 0, "position_ids": 0, "loss_mask": 0.0}
+    out = {key: td[key].clone() for key in fills}
+    for r, offset, s, aligned in _slots(td, _align_of(kwargs)):
+        gap = aligned - s
+        if gap == 0:
+            continue
+        for key, fill in fills.items():
+            span = s - 1 if key == "loss_mask" else s
+            values = td[key][r, offset:offset + span].clone()
+            out[key][r, offset:offset + aligned - (key == "loss_mask")] = fill
+            out[key][r, offset + gap:offset + gap + span] = values
+    for key, value in out.items():
+        td[key] = value
+    return td
+
+
+def _positions_not_restarting(examples, **kwargs):
+    """position_ids counted over the whole row (cumsum of attention - 1), not per sub-sequence:
+    RoPE sees one long sequence."""
+    td = _pack(examples, **kwargs)
+    attention = td["attention_mask"]
+    td["position_ids"] = (torch.cumsum(attention, dim=1) - 1).clamp(min=0) * attention
+    return td
+
+
+def _cu_seqlens_with_row_tails(examples, **kwargs):
+    """cu_seqlens_padded as offsets into the flattened (rows, W) tensor (row tails counted)."""
+    td = _pack(examples, **kwargs)
+    width = td["input_ids"].shape[1]
+    slots = list(_slots(td, _align_of(kwargs)))
+    cu = [r * width + offset for r, offset, _, _ in slots]
+    r, offset, _, aligned = slots[-1]
+    td.set_non_tensor("cu_seqlens_padded",
+                      torch.tensor(cu + [r * width + offset + aligned], dtype=torch.int32))
+    return td
+
+
+def _cu_seqlens_int64(examples, **kwargs):
+    """cu_seqlens_padded left in int64 (torch.cumsum promotes int32 to int64)."""
+    td = _pack(examples, **kwargs)
+    td.set_non_tensor("cu_seqlens_padded", td.get_non_tensor("cu_seqlens_padded").to(torch.int64))
+    return td
+
+
+def _pp_in_alignment(examples, **kwargs):
+    """Pipeline parallelism folded into the alignment (slots padded to tp * pp)."""
+    pp = kwargs.get("pp_size", 1)
+    return _pack(examples, **(kwargs | {"tp_size": kwargs.get("tp_size", 1) * pp}))
+
+
+# --------------------------------------------------------------------------- collate_sft variants
+
+
+def _broadcast_length1(examples, *, pad_token_id, normalize=False, device=None):
+    """SkyRL's quirk: a length-1 loss_mask is broadcast over num_actions."""
+    fixed = []
+    for ex in examples if isinstance(examples, list) else []:
+        if isinstance(ex, dict) and isinstance(ex.get("loss_mask"), list) \
+                and len(ex["loss_mask"]) == 1 and isinstance(ex.get("num_actions"), int):
+            ex = dict(ex, loss_mask=ex["loss_mask"] * ex["num_actions"])
+        fixed.append(ex)
+    return _collate(fixed if isinstance(examples, list) else examples,
+                    pad_token_id=pad_token_id, normalize=normalize, device=device)
+
+
+def _right_padded(examples, **kwargs):
+    """Pads on the right (the HF default) where the layout is left-padded."""
+    td = _collate(examples, **kwargs)
+    width = td["input_ids"].shape[1]
+    for key in ("input_ids", "attention_mask"):
+        rows = [torch.roll(row, -(width - len(ex["input_ids"])))
+                for row, ex in zip(td[key], examples, strict=True)]
+        td[key] = torch.stack(rows)
+    return td
+
+
+def _loss_left_aligned(examples, **kwargs):
+    """Loss masks left-aligned in the response columns (a left-aligned slice on right-aligned
+    data, SkyRL #1367's bug class)."""
+    td = _collate(examples, **kwargs)
+    width = td["loss_mask"].shape[1]
+    rows = [torch.roll(row, -(width - ex["num_actions"]))
+            for row, ex in zip(td["loss_mask"], examples, strict=True)]
+    td["loss_mask"] = torch.stack(rows)
+    return td
+
+
+def _mask_from_tokens(examples, **kwargs):
+    """attention_mask = input_ids != pad_token_id: real pad-id tokens dropped, interior zeros
+    of the example's own mask ignored."""
+    td = _collate(examples, **kwargs)
+    td["attention_mask"] = (td["input_ids"] != kwargs["pad_token_id"]).to(torch.int64)
+    return td
+
+
+def _loss_width_s(examples, **kwargs):
+    """Loss mask padded to the sequence width S instead of A = max num_actions."""
+    td = _collate(examples, **kwargs)
+    n, width = td["input_ids"].shape
+    loss = td["loss_mask"]
+    wide = torch.zeros(n, width, dtype=loss.dtype)
+    wide[:, width - loss.shape[1]:] = loss
+    out = td.exclude("loss_mask")
+    out["loss_mask"] = wide
+    out.set_non_tensor("response_length", width)
+    return out
+
+
+def _sequence_mean(examples, **kwargs):
+    """normalize=True divides each row by its own total (a per-sequence mean) instead of the
+    batch total."""
+    if not kwargs.get("normalize", False):
+        return _collate(examples, **kwargs)
+    td = _collate(examples, **(kwargs | {"normalize": False}))
+    totals = td["loss_mask"].double().sum(dim=1).clamp(min=1)
+    td["loss_mask"] = td["loss_mask"] * (1.0 / totals).float()[:, None]
+    return td
+
+
+ENTRIES = [
+    # ffd_bins
+    ZooEntry(
+        name="sft.ffd_tie_order", op="sft", function="ffd_bins",
+        bug="FFD ties broken by the smaller index first (a stable descending sort): other bins "
+            "than the documented order, different rows on every rank that assumes the spec",
+        reference="sft.md: visit (length, index) descending",
+        killers=("equivalence", "pin:spec_tie_order", "property:visit_order",
+                 "sft.pack_sft/equivalence", "sft.pack_sft/pin:ffd_tie_order"),
+        replacement=_ffd_ties_ascending,
+    ),
+    ZooEntry(
+        name="sft.ffd_no_bin_count_adjustment", op="sft", function="ffd_bins",
+        bug="bin count not raised to a multiple of dp_size: some DP ranks get no row",
+        killers=("equivalence", "property:bin_count", "sft.pack_sft/property:rows_multiple_of_dp"),
+        replacement=_ffd_no_adjustment,
+    ),
+    ZooEntry(
+        name="sft.ffd_empty_padding_bins", op="sft", function="ffd_bins",
+        bug="missing bins padded with empty ones instead of splitting the largest bin",
+        killers=("equivalence", "property:non_empty"),
+        replacement=_ffd_empty_bins,
+    ),
+    ZooEntry(
+        name="sft.ffd_adjustment_copies", op="sft", function="ffd_bins",
+        bug="the adjustment copies the donor's last item instead of moving it: an example "
+            "trained twice",
+        killers=("equivalence", "property:partition", "sft.pack_sft/property:each_example_once"),
+        replacement=_ffd_copies,
+    ),
+    ZooEntry(
+        name="sft.ffd_capacity_off_by_one", op="sft", function="ffd_bins",
+        bug="fit test `remaining + 1 >= length`: bins one token over capacity",
+        killers=("equivalence", "property:within_capacity", "sft.pack_sft/property:within_capacity"),
+        replacement=_ffd_off_by_one,
+    ),
+    ZooEntry(
+        name="sft.ffd_hidden_state", op="sft", function="ffd_bins",
+        bug="tie order depends on hidden state (set/dict iteration order, an unstable GPU sort): "
+            "two calls on the same batch pack differently",
+        killers=("sft.pack_sft/property:deterministic", "pin:spec_tie_order"),
+        replacement=_ffd_hidden_state,
+    ),
+    # align_size
+    ZooEntry(
+        name="sft.align_tp_cp_not_doubled", op="sft", function="align_size",
+        bug="CP alignment tp * cp instead of tp * cp * 2: a segment cannot be split into 2*cp "
+            "load-balanced chunks",
+        killers=("equivalence", "pin:cp_doubles", "property:divisible",
+                 "sft.pack_sft/equivalence", "sft.pack_sft/pin:cp_alignment_doubled",
+                 "sft.pack_sft/property:width_aligned"),
+        replacement=_align_tp_cp,
+    ),
+    ZooEntry(
+        name="sft.oracle_align_tp_cp_not_doubled", op="sft", function="align_size",
+        bug="the same CP alignment bug in the oracle: only the spec's examples and the "
+            "divisibility property see it",
+        killers=("pin:cp_doubles", "property:divisible"),
+        replacement=_align_tp_cp,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="sft.align_fp8_ignores_cp", op="sft", function="align_size",
+        bug="FP8 alignment lcm(base, 16) instead of lcm(base, 16 * cp): CP ranks' slabs not "
+            "16-aligned",
+        killers=("equivalence", "pin:fp8_cp", "property:divisible"),
+        replacement=_align_fp8_ignores_cp,
+    ),
+    ZooEntry(
+        name="sft.align_fp8_product", op="sft", function="align_size",
+        bug="FP8 alignment base * 16 * cp instead of the lcm: over-padding every sub-sequence",
+        killers=("equivalence", "pin:fp8_tp", "property:minimal"),
+        replacement=_align_fp8_product,
+    ),
+    # pack_sft
+    ZooEntry(
+        name="sft.bin_major_rows", op="sft", function="pack_sft",
+        bug="rows emitted bin-major: a contiguous DP split gives rank 0 bins 0..k instead of "
+            "bins 0, dp, 2dp, ...",
+        killers=("equivalence", "pin:shard_major_order", "property:tokens_in_bin_order",
+                 "property:round_trip"),
+        replacement=_bin_major,
+    ),
+    ZooEntry(
+        name="sft.oracle_bin_major_rows", op="sft", function="pack_sft",
+        bug="bin-major rows in the oracle too: only the pin and the bin-order property see it",
+        killers=("pin:shard_major_order", "property:tokens_in_bin_order"),
+        replacement=_bin_major,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="sft.loss_unshifted", op="sft", function="pack_sft",
+        bug="loss_mask[off + p] = full[p] instead of full[p + 1]: every target off by one, a "
+            "target across each sub-sequence boundary",
+        killers=("equivalence", "pin:loss_shift", "property:no_target_across_boundary",
+                 "property:round_trip"),
+        replacement=_loss_unshifted,
+    ),
+    ZooEntry(
+        name="sft.oracle_loss_unshifted", op="sft", function="pack_sft",
+        bug="the unshifted loss mask in the oracle: the pin's literal and the properties see it",
+        killers=("pin:loss_shift", "property:no_target_across_boundary", "property:round_trip"),
+        replacement=_oracle_loss_unshifted,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="sft.w_minus_1_clamp", op="sft", function="pack_sft",
+        bug="per-token loss writes clamped to column W - 2 ('unreachable'): the last target of "
+            "a sub-sequence that ends exactly at W is erased",
+        killers=("equivalence", "pin:last_target_at_width", "property:loss_total",
+                 "property:round_trip"),
+        replacement=_w_minus_1_clamp,
+    ),
+    ZooEntry(
+        name="sft.normalized_before_shift", op="sft", function="pack_sft",
+        bug="normalized by the raw loss-mask total (full[0] included) instead of the targets",
+        killers=("equivalence", "pin:loss_shift", "property:loss_total",
+                 "property:normalized_weights"),
+        replacement=_normalized_before_shift,
+    ),
+    ZooEntry(
+        name="sft.attention_over_aligned_slot", op="sft", function="pack_sft",
+        bug="attention_mask covers the whole aligned slot: alignment padding is attended",
+        killers=("equivalence", "property:attention_counts"),
+        replacement=_attention_over_slot,
+    ),
+    ZooEntry(
+        name="sft.padding_before_subsequence", op="sft", function="pack_sft",
+        bug="alignment padding placed before each sub-sequence: unpacking by offsets reads pads",
+        killers=("equivalence", "property:round_trip"),
+        replacement=_right_aligned_in_slot,
+    ),
+    ZooEntry(
+        name="sft.positions_not_restarting", op="sft", function="pack_sft",
+        bug="position_ids run over the whole row instead of restarting per sub-sequence",
+        killers=("equivalence", "property:round_trip"),
+        replacement=_positions_not_restarting,
+    ),
+    ZooEntry(
+        name="sft.cu_seqlens_with_row_tails", op="sft", function="pack_sft",
+        bug="cu_seqlens_padded computed as offsets into the flattened (rows, W) tensor: row "
+            "tails counted, every later segment shifted",
+        killers=("equivalence", "property:cu_seqlens"),
+        replacement=_cu_seqlens_with_row_tails,
+    ),
+    ZooEntry(
+        name="sft.cu_seqlens_int64", op="sft", function="pack_sft",
+        bug="cu_seqlens_padded in int64 (torch.cumsum promotes int32): flash-attn rejects it",
+        killers=("equivalence", "property:shapes_and_dtypes", "property:cu_seqlens"),
+        replacement=_cu_seqlens_int64,
+    ),
+    ZooEntry(
+        name="sft.pp_in_alignment", op="sft", function="pack_sft",
+        bug="pipeline parallelism folded into the alignment (slots padded to tp * pp)",
+        killers=("property:pp_invariant", "pin:pp_has_no_effect"),
+        replacement=_pp_in_alignment,
+    ),
+    # collate_sft
+    ZooEntry(
+        name="sft.length1_loss_mask_broadcast", op="sft", function="collate_sft",
+        bug="a length-1 loss_mask broadcast over num_actions instead of rejected",
+        reference="SkyRL collate_sft_batch",
+        killers=("errors", "pin:broadcast_length1_loss_mask"),
+        replacement=_broadcast_length1,
+    ),
+    ZooEntry(
+        name="sft.collate_right_padded", op="sft", function="collate_sft",
+        bug="right padding where the layout is left-padded",
+        killers=("equivalence", "property:left_padded"),
+        replacement=_right_padded,
+    ),
+    ZooEntry(
+        name="sft.collate_loss_left_aligned", op="sft", function="collate_sft",
+        bug="loss masks left-aligned in the A response columns",
+        killers=("equivalence", "property:loss_right_aligned"),
+        replacement=_loss_left_aligned,
+    ),
+    ZooEntry(
+        name="sft.collate_mask_from_tokens", op="sft", function="collate_sft",
+        bug="attention_mask derived from `input_ids != pad_token_id`",
+        killers=("equivalence", "property:left_padded", "pin:pad_id_inside_tokens"),
+        replacement=_mask_from_tokens,
+    ),
+    ZooEntry(
+        name="sft.collate_loss_width_s", op="sft", function="collate_sft",
+        bug="loss mask padded to the sequence width S instead of A (to_padded_tensor to the "
+            "wrong size)",
+        killers=("equivalence", "property:shapes_and_dtypes"),
+        replacement=_loss_width_s,
+    ),
+    ZooEntry(
+        name="sft.collate_sequence_mean", op="sft", function="collate_sft",
+        bug="normalize divides each row by its own total (sequence mean) instead of the batch's "
+            "(token mean)",
+        killers=("equivalence", "property:normalized_weights", "property:loss_right_aligned",
+                 "pin:token_mean_normalization"),
+        replacement=_sequence_mean,
+    ),
+]

@@ -1,0 +1,667 @@
+"""Optimized `sft` (spec: sft.md): same functions and results as `reference.sft`, bit for bit.
+
+List inputs are read by C loops that also validate every value (see "flattening"); token ids go
+straight into the output tensor (one `struct.pack_into` per example at its start) when the
+output is on the CPU, else they are flattened once and placed with `masked_scatter_`. Tensor
+inputs are concatenated once on their device. The layout is built by whole-tensor operations:
+
+    collate_sft   cells = arange(S) >= S - s_i (one comparison): the attention mask, and where
+                  the ids and (A-wide) loss values go
+    pack_sft      attention = cumsum(+1 at slot starts, -1 at token ends) over the (rows, W)
+                  frame; positions = cumsum with a jump at each slot start; loss targets
+                  scattered to column ranges built by one cumsum (`_ranges`)
+
+    frame (rows, W), a = 2   a a a . b b b b c .        start_k = row_k * W + off_k
+
+Only per-example metadata (lengths, bins, offsets: O(N) values) is computed on the host, where
+the lengths already are; it reaches the device in one copy. No Python loop runs per token.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+import operator
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
+_EXACT_INTS = 2**24  # |v| bound under which a float64 sum of < 2**29 integral values is exact
+
+
+@dataclass
+class Batch:
+    """Examples whose structure is valid; fields as given (lists, tuples or 1-D tensors)."""
+
+    input_ids: list = field(default_factory=list)
+    num_actions: list[int] = field(default_factory=list)
+    loss_mask: list = field(default_factory=list)
+    attention_mask: list = field(default_factory=list)  # None where not given
+    lengths: list[int] = field(default_factory=list)
+    has_tensors: bool = False
+    packed: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.lengths)
+
+
+def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
+    """Left-pad N examples to (N, S); loss masks right-aligned in (N, A) (see reference.sft)."""
+    _check_pad_token(pad_token_id)
+    _check_bool(normalize, "normalize")
+    batch = _parse_examples(examples)
+    device = _output_device(device, batch, examples)
+    n, width, response = batch.size, max(batch.lengths), max(batch.num_actions)
+    tokens, actions = sum(batch.lengths), sum(batch.num_actions)
+    meta = torch.from_numpy(np.array([batch.lengths, batch.num_actions], dtype=np.int64))
+    lengths, num_actions = meta.to(device)
+
+    # right-aligned cells by one comparison per output; values placed in row-major order
+    token_cells = torch.arange(width, device=device) >= (width - lengths)[:, None]
+    input_ids = torch.full((n, width), pad_token_id, dtype=torch.int64, device=device)
+    if _writable_in_place(batch, input_ids):  # lists onto the CPU: straight into the output
+        starts = [i * width + width - s for i, s in enumerate(batch.lengths)]
+        _write_ints(batch, batch.input_ids, starts, input_ids)
+    else:
+        input_ids.masked_scatter_(token_cells, _flat_ints(batch, batch.input_ids, tokens, device))
+    attention_values = _attention_values(batch, tokens, device)
+    if attention_values is None:
+        attention = token_cells.to(torch.int64)
+    else:
+        attention = torch.zeros((n, width), dtype=torch.int64, device=device)
+        attention.masked_scatter_(token_cells, attention_values)
+    del token_cells, attention_values
+    loss_values, total = _flat_floats(batch, batch.loss_mask, actions, device)
+    loss_mask = torch.zeros((n, response), dtype=torch.float32, device=device)
+    loss_mask.masked_scatter_(torch.arange(response, device=device)
+                              >= (response - num_actions)[:, None], loss_values)
+    if normalize:
+        loss_mask.mul_(_scale(loss_values, total))
+    td = TensorDict(
+        {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "loss_mask": loss_mask,
+        },
+        batch_size=[n],
+    )
+    td.set_non_tensor("response_length", response)
+    return td
+
+
+def align_size(tp_size=1, cp_size=1, *, fp8=False) -> int:
+    """tp, or tp * cp * 2 with cp > 1; with fp8 also a multiple of 16 * cp (lcm)."""
+    _check_size(tp_size, "tp_size")
+    _check_size(cp_size, "cp_size")
+    _check_bool(fp8, "fp8")
+    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
+    return math.lcm(base, 16 * cp_size) if fp8 else base
+
+
+def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]]:
+    """First-fit-decreasing (a segment tree: O(n log n)), then the bin-count adjustment.
+
+    Same bins as the reference's O(n * bins) scan, exactly.
+    """
+    lengths = _check_lengths(lengths, capacity, min_bins, bin_multiple)
+    bins = _first_fit_decreasing(lengths, capacity)
+    target = -(-max(len(bins), min_bins) // bin_multiple) * bin_multiple
+    if target == len(bins):
+        return bins
+    if len(lengths) < target:
+        raise ValueError(f"cannot create {target} bins from {len(lengths)} sequences "
+                         f"(min_bins={min_bins}, bin_multiple={bin_multiple})")
+    donors = sorted(range(len(bins)), key=lambda b: (len(bins[b]), b), reverse=True)
+    cursor = 0
+    for _ in range(target - len(bins)):
+        while len(bins[donors[cursor]]) <= 1:
+            cursor += 1
+        bins.append([bins[donors[cursor]].pop()])
+    return bins
+
+
+def pack_sft(
+    examples,
+    *,
+    pad_token_id,
+    capacity,
+    dp_size=1,
+    tp_size=1,
+    pp_size=1,
+    cp_size=1,
+    fp8=False,
+    device=None,
+) -> TensorDict:
+    """Shard-major rows of aligned sub-sequences (see reference.sft), built by index arithmetic."""
+    _check_pad_token(pad_token_id)
+    _check_size(capacity, "capacity")
+    for value, name in ((dp_size, "dp_size"), (tp_size, "tp_size"), (pp_size, "pp_size"),
+                        (cp_size, "cp_size")):
+        _check_size(value, name)
+    _check_bool(fp8, "fp8")
+    batch = _parse_examples(examples, packed=True)
+    _check_attention_all_ones(batch)
+    device = _output_device(device, batch, examples)
+    try:
+        bins = ffd_bins(batch.lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
+    except ValueError:
+        _check_values(batch)  # the reference checks every value before it packs
+        raise
+    rows = [bins[k] for shard in range(dp_size) for k in range(shard, len(bins), dp_size)]
+    plan = _Plan(batch, rows, align_size(tp_size, cp_size, fp8=fp8), device)
+    n_rows, width = len(rows), plan.width
+
+    # no per-token index tensors: the attention mask comes from one cumsum over the frame and
+    # places the tokens (masked_scatter); fresh memory costs more here than the extra pass
+    attention = _segments_mask(plan.start, plan.lengths, n_rows * width)
+    input_ids = torch.full((n_rows * width,), pad_token_id, dtype=torch.int64, device=device)
+    rows_of_ids = [batch.input_ids[i] for i in plan.order]
+    if _writable_in_place(batch, input_ids):  # lists onto the CPU: straight into the output
+        _write_ints(batch, rows_of_ids, plan.start_list, input_ids)
+    else:
+        input_ids.masked_scatter_(attention.bool(),
+                                  _flat_ints(batch, rows_of_ids, plan.tokens, device))
+    positions = _positions(attention, plan.start, plan.lengths)
+    loss_values, total = _flat_floats(batch, _shifted_masks(batch, plan.order), plan.n_targets,
+                                      device)
+    # full[p] (p >= 1) predicts from column off + p - 1; the kept values are the last n_targets
+    loss_start = plan.row * (width - 1) + plan.offset + plan.lengths - 1 - plan.targets
+    loss_mask = torch.zeros(n_rows * (width - 1), dtype=torch.float32, device=device)
+    loss_mask.scatter_(0, _ranges(loss_start, plan.targets, plan.n_targets), loss_values)
+    loss_mask.mul_(_scale(loss_values, total))
+
+    td = TensorDict(
+        {
+            "input_ids": input_ids.view(n_rows, width),
+            "attention_mask": attention.view(n_rows, width),
+            "position_ids": positions.view(n_rows, width),
+            "loss_mask": loss_mask.view(n_rows, width - 1),
+            "sub_seq_lengths": torch.nested.nested_tensor_from_jagged(
+                plan.lengths.clone(), offsets=plan.row_offsets),
+        },
+        batch_size=[n_rows],
+    )
+    td.set_non_tensor("cu_seqlens_padded", plan.cu_seqlens_padded)
+    td.set_non_tensor("response_length", width - 1)
+    return td
+
+
+# -- packing plan (per-example metadata, O(N) host work) ----------------------------------------
+
+
+class _Plan:
+    """Where each sub-sequence goes, in row order; tensors on the target device.
+
+    order[k]: example index of slot k; row[k], offset[k]: its row and first column;
+    start[k] = row[k] * width + offset[k], its first cell in the flat (rows, width) frame;
+    targets[k] = min(num_actions, s - 1): the loss values that survive the shift;
+    start_list: `start` as host ints (where the CPU writes each example's ids).
+    """
+
+    def __init__(self, batch: Batch, rows: list[list[int]], align: int, device) -> None:
+        self.order = [i for row in rows for i in row]
+        counts = np.fromiter(map(len, rows), np.int64, count=len(rows))
+        first_slot = np.cumsum(counts) - counts
+        lengths = np.asarray(batch.lengths, dtype=np.int64)[self.order]
+        actions = np.asarray(batch.num_actions, dtype=np.int64)[self.order]
+        aligned = (lengths + align - 1) // align * align
+        row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+        slot_end = np.cumsum(aligned)  # in the THD stream: rows concatenated, tails dropped
+        row_begin = slot_end[first_slot] - aligned[first_slot]
+        offset = slot_end - aligned - row_begin[row]
+        self.width = int(np.add.reduceat(aligned, first_slot).max())
+        self.tokens = int(lengths.sum())
+        targets = np.minimum(actions, lengths - 1)
+        self.n_targets = int(targets.sum())
+        table = np.stack([lengths, row, offset, row * self.width + offset, targets, slot_end])
+        self.start_list = table[3].tolist()
+        table = torch.from_numpy(table).to(device)  # one host-to-device copy
+        self.lengths, self.row, self.offset, self.start, self.targets = table[:5]
+        self.cu_seqlens_padded = torch.cat([table.new_zeros(1), table[5]]).to(torch.int32)
+        self.row_offsets = torch.from_numpy(np.cumsum(np.concatenate([[0], counts]))).to(device)
+
+
+def _ranges(starts: torch.Tensor, counts: torch.Tensor, total: int) -> torch.Tensor:
+    """The ranges [starts[k], starts[k] + counts[k]) concatenated, by one cumsum of steps:
+
+        starts [4, 0, 9], counts [2, 0, 3]  ->  steps 4 1 | 6 1 1  ->  4 5 | 9 10 11
+
+    every step is 1 except at the first element of range k, which jumps from the end of the
+    previous ranges (empty ranges add their jumps at the same place, and they telescope).
+    """
+    ends = starts + counts
+    jumps = starts - torch.cat([starts.new_zeros(1), ends[:-1]])
+    steps = torch.ones(total + 1, dtype=torch.int64, device=starts.device)
+    steps[0] = 0
+    steps.index_add_(0, torch.cumsum(counts, 0) - counts, jumps)
+    return steps.cumsum_(0)[:total]  # in place: a fresh large buffer costs more than the sum
+
+
+def _segments_mask(starts: torch.Tensor, lengths: torch.Tensor, size: int) -> torch.Tensor:
+    """int64 1 on [starts[k], starts[k] + lengths[k]), 0 elsewhere: +1 / -1 marks, one cumsum.
+    (An end at `size` has nowhere to go: its -1 is dropped, as a 0 added at index 0.)"""
+    mask = torch.zeros(size, dtype=torch.int64, device=starts.device)
+    ends = starts + lengths
+    inside = ends < size
+    mask.index_add_(0, starts, torch.ones_like(starts))
+    mask.index_add_(0, torch.where(inside, ends, 0), torch.where(inside, -1, 0))
+    return mask.cumsum_(0)
+
+
+def _positions(attention: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor):
+    """0..s-1 on every sub-sequence, 0 elsewhere, from the attention mask by one cumsum:
+
+        attention   1 1 1 0 1 1 1 1      (sub-sequences at 0 and 4, s = 3 and 4)
+        + jumps     1 1 1 0 -2 1 1 1     (at a sub-sequence's first token: minus the previous s)
+        cumsum - 1  0 1 2 2 0 1 2 3  ->  times attention: 0 1 2 0 0 1 2 3
+    """
+    positions = attention.clone()
+    positions.index_add_(0, starts[1:], -lengths[:-1])
+    return positions.cumsum_(0).sub_(1).mul_(attention)
+
+
+def _shifted_masks(batch: Batch, order: list[int]) -> list:
+    """Row-order loss masks of full[1:]: a mask loses its first value when num_actions == s
+    (that value is still checked, as the reference checks every value)."""
+    masks, dropped = [], []
+    for i in order:
+        mask = batch.loss_mask[i]
+        if batch.num_actions[i] == batch.lengths[i]:
+            if type(mask) is list or type(mask) is tuple:
+                dropped.append(mask[0])
+            mask = mask[1:]
+        masks.append(mask)
+    try:
+        struct.pack(f"{len(dropped)}d", *dropped)
+    except struct.error:
+        _check_values(batch)
+        raise
+    return masks
+
+
+# -- flattening --------------------------------------------------------------------------------
+# Lists are read by C loops that also validate each value (so the happy path needs no
+# separate check): ints with struct.pack_into("q") (exactly the reference's operator.index +
+# int64 range), 0/1 masks with bytes() (ints in [0, 256)), other numbers with
+# struct.pack_into("d") (exactly float() minus strings; 2**1100 fails as float() does). Any
+# failure reruns the reference's value checks, which raise the reference's error.
+
+
+def _writable_in_place(batch: Batch, out: torch.Tensor) -> bool:
+    return not batch.has_tensors and out.device.type == "cpu"
+
+
+def _write_ints(batch: Batch, rows: list, starts: list[int], out: torch.Tensor) -> None:
+    """Write row k's ints at element starts[k] of the contiguous CPU int64 tensor `out`."""
+    buffer = memoryview(out.numpy()).cast("B")
+    try:
+        for row, start in zip(rows, starts, strict=True):
+            struct.pack_into(f"{len(row)}q", buffer, 8 * start, *row)
+    except struct.error:
+        _check_values(batch)
+        raise
+
+
+def _flat_ints(batch: Batch, rows: list, count: int, device) -> torch.Tensor:
+    """All rows as one int64 tensor on `device`."""
+    if not batch.has_tensors:
+        return _packed_ints(batch, rows, count).to(device)
+    parts = [r if isinstance(r, torch.Tensor) else _packed_ints(batch, [r], len(r))
+             for r in rows]
+    return torch.cat([p.to(device) for p in parts]).to(torch.int64)  # cat promotes dtypes
+
+
+def _flat_floats(batch: Batch, rows: list, count: int, device) -> tuple[torch.Tensor, float | None]:
+    """All rows as one float32 tensor on `device` (float(v) rounded to float32), and the exact
+    sum of those float32 values when it comes for free (None otherwise)."""
+    if not batch.has_tensors:
+        return _packed_floats(batch, rows, count, device)
+    parts = [r.to(device) if isinstance(r, torch.Tensor)
+             else _packed_floats(batch, [r], len(r), device)[0] for r in rows]
+    if all(p.dtype == torch.float32 for p in parts):
+        return torch.cat(parts), None
+    # the reference's float(v): every value through a Python float, then rounded to float32
+    return torch.cat([p.to(torch.float64) for p in parts]).to(torch.float32), None
+
+
+def _packed_ints(batch: Batch, rows: list, count: int) -> torch.Tensor:
+    return _packed(batch, rows, count, "q", torch.int64)
+
+
+def _packed_floats(batch: Batch, rows: list, count: int, device) -> tuple[torch.Tensor, float]:
+    try:  # 0/1 (or small int) masks: one byte per value, summed exactly
+        small = np.frombuffer(b"".join(map(bytes, rows)), dtype=np.uint8, count=count)
+        total = float(small.sum(dtype=np.int64))
+        return torch.from_numpy(small.astype(np.float32)).to(device), total
+    except (TypeError, ValueError):
+        pass
+    return _packed(batch, rows, count, "d", torch.float64).to(device, torch.float32), None
+
+
+def _packed(batch: Batch, rows: list, count: int, code: str, dtype: torch.dtype) -> torch.Tensor:
+    """The rows written by struct.pack_into, row by row, into one new CPU tensor."""
+    out = torch.empty(count, dtype=dtype)
+    if count:
+        buffer, offset, size = memoryview(out.numpy()).cast("B"), 0, out.element_size()
+        try:
+            for row in rows:
+                struct.pack_into(f"{len(row)}{code}", buffer, offset, *row)
+                offset += size * len(row)
+        except struct.error:
+            _check_values(batch)
+            raise
+    return out
+
+
+def _attention_values(batch: Batch, count: int, device) -> torch.Tensor | None:
+    """collate_sft's attention values as int64; None when every given mask is all ones.
+
+    Lists are checked with `list.count` (0/1 by ==, as the reference's check), tensors with
+    one comparison over their concatenation; a mask with another value replays the reference.
+    """
+    masks, rows = batch.attention_mask, []
+    if all(m is None or (type(m) in (list, tuple) and m.count(1) == len(m)) for m in masks):
+        return None
+    for m, s in zip(masks, batch.lengths, strict=True):
+        if m is None:
+            rows.append(torch.ones(s, dtype=torch.uint8))
+        elif isinstance(m, torch.Tensor):
+            rows.append(m)
+        elif m.count(1) + m.count(0) == len(m):
+            rows.append(torch.frombuffer(_zero_one_bytes(m), dtype=torch.uint8)
+                        if m else torch.zeros(0, dtype=torch.uint8))
+        else:
+            _check_values(batch)
+    flat = torch.cat([r.to(device) for r in rows])
+    if batch.has_tensors and not bool(((flat == 0) | (flat == 1)).all()):
+        _check_values(batch)
+    return flat.to(torch.int64)
+
+
+def _zero_one_bytes(row) -> bytearray:
+    """A 0/1 row (values == 0 or == 1: ints, bools, floats, ...) as bytes, in C."""
+    try:
+        return bytearray(row)
+    except (TypeError, ValueError):
+        return bytearray(map(bool, map(operator.eq, row, itertools.repeat(1))))
+
+
+def _scale(values: torch.Tensor, total: float | None) -> torch.Tensor:
+    """float32(1 / max(total, 1)), total the exact sum of the float32 values (math.fsum)."""
+    if total is None:
+        total = 0.0
+        if values.numel():
+            integral = ((values.trunc() == values) & (values.abs() <= _EXACT_INTS)).all()
+            exact, total = torch.stack([integral.double(), values.double().sum()]).tolist()
+            if not exact:
+                total = math.fsum(values.tolist())
+    return torch.tensor(1.0 / max(total, 1), dtype=torch.float32, device=values.device)
+
+
+# -- validation (same checks, order and messages as reference.sft) ------------------------------
+
+
+def _parse_examples(examples, *, packed: bool = False) -> Batch:
+    """Check every example's structure (a fast path for the common dict-of-lists example)."""
+    if isinstance(examples, (str, bytes, Mapping)) or not isinstance(examples, Sequence):
+        raise TypeError(f"examples must be a sequence of mappings, got {type(examples).__name__}")
+    if len(examples) == 0:
+        raise ValueError("examples is empty: a batch needs at least one example")
+    batch = Batch(packed=packed)
+    ids_rows, action_counts, loss_rows = batch.input_ids, batch.num_actions, batch.loss_mask
+    attention_rows, lengths = batch.attention_mask, batch.lengths
+    for i, ex in enumerate(examples):
+        if type(ex) is dict:  # fast path: the checks below, for plain lists and tensors
+            ids, n, loss = ex.get("input_ids"), ex.get("num_actions"), ex.get("loss_mask")
+            attention = ex.get("attention_mask")
+            s, m = _plain_length(ids, _INTEGER), _plain_length(loss, _REAL)
+            if (s is not None and m is not None and type(n) is int and m == n and 1 <= n <= s
+                    and (attention is None or _plain_length(attention, _REAL) == s)):
+                ids_rows.append(ids)
+                action_counts.append(n)
+                loss_rows.append(loss)
+                attention_rows.append(attention)
+                lengths.append(s)
+                if not batch.has_tensors and (type(ids) is torch.Tensor or
+                                              type(loss) is torch.Tensor or
+                                              type(attention) is torch.Tensor):
+                    batch.has_tensors = True
+                continue
+        _check_structure(ex, i, batch)
+    if batch.has_tensors:
+        _check_one_device(examples)
+    return batch
+
+
+_INTEGER = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+_REAL = _INTEGER | {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.bool}
+
+
+def _plain_length(value, dtypes) -> int | None:
+    """len() of a list/tuple, or of a 1-D tensor with one of `dtypes`; None otherwise."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return len(value)
+    if kind is torch.Tensor and value.dtype in dtypes and value.dim() == 1:
+        return value.shape[0]
+    return None
+
+
+def _check_structure(ex, i: int, batch: Batch) -> None:
+    if not isinstance(ex, Mapping):
+        raise TypeError(f"examples[{i}] must be a mapping, got {type(ex).__name__}")
+    for key in REQUIRED_KEYS:
+        if key not in ex:
+            raise ValueError(f"examples[{i}] is missing {key!r}")
+    input_ids = _field(ex["input_ids"], i, "input_ids", integer=True)
+    num_actions = ex["num_actions"]
+    if not isinstance(num_actions, numbers.Integral) or isinstance(num_actions, bool):
+        raise TypeError(f"examples[{i}]['num_actions'] must be an int, "
+                        f"got {type(num_actions).__name__}")
+    loss_mask = _field(ex["loss_mask"], i, "loss_mask", integer=False)
+    if len(loss_mask) != num_actions:
+        raise ValueError(f"examples[{i}]['loss_mask'] has {len(loss_mask)} entries but "
+                         f"num_actions is {num_actions} (a length-1 mask is not broadcast)")
+    if num_actions < 1 or num_actions > len(input_ids):
+        raise ValueError(f"examples[{i}]['num_actions'] must be in [1, {len(input_ids)}] "
+                         f"(the sequence length), got {num_actions}")
+    attention = ex.get("attention_mask")
+    if attention is not None:
+        attention = _field(attention, i, "attention_mask", integer=False)
+        if len(attention) != len(input_ids):
+            raise ValueError(f"examples[{i}]['attention_mask'] has {len(attention)} entries "
+                             f"but input_ids has {len(input_ids)}")
+    fields = (input_ids, loss_mask, attention)
+    batch.has_tensors |= any(isinstance(f, torch.Tensor) for f in fields)
+    batch.input_ids.append(input_ids)
+    batch.num_actions.append(int(num_actions))
+    batch.loss_mask.append(loss_mask)
+    batch.attention_mask.append(attention)
+    batch.lengths.append(len(input_ids))
+
+
+def _field(value, i: int, key: str, *, integer: bool):
+    """A list/tuple, or a 1-D tensor (of an integer dtype for ids; real for masks)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() != 1:
+            raise ValueError(f"examples[{i}][{key!r}] must be 1-D, got shape {tuple(value.shape)}")
+        if integer and (value.is_floating_point() or value.is_complex()
+                        or value.dtype == torch.bool):
+            raise TypeError(f"examples[{i}][{key!r}] must hold integers, got {value.dtype}")
+        if not integer and value.is_complex():
+            raise TypeError(f"examples[{i}][{key!r}] must hold real numbers, got {value.dtype}")
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"examples[{i}][{key!r}] must be a list or a 1-D tensor, "
+                        f"got {type(value).__name__}")
+    return value
+
+
+def _check_values(batch: Batch) -> None:
+    """The reference's value pass, example by example: raises its first error (slow path)."""
+    for i in range(batch.size):
+        for v in _as_list(batch.input_ids[i]):
+            _int64(v, i, "input_ids")
+        for v in _as_list(batch.loss_mask[i]):
+            _real(v, i, "loss_mask")
+        attention = batch.attention_mask[i]
+        if attention is not None:
+            attention = [_zero_one(v, i, "attention_mask") for v in _as_list(attention)]
+            if batch.packed and 0 in attention:
+                raise ValueError(f"examples[{i}]['attention_mask'] has zeros: a packed row "
+                                 "cannot express interior attention zeros")
+
+
+def _check_attention_all_ones(batch: Batch) -> None:
+    """pack_sft: every given attention mask is all ones (lists: list.count; tensors: one cat)."""
+    masks = batch.attention_mask
+    ok, tensors = True, []
+    for m in masks:  # type() checks: isinstance(x, torch.Tensor) is slow on lists
+        if type(m) is list or type(m) is tuple:
+            ok = ok and m.count(1) == len(m)
+        elif m is not None:
+            tensors.append(m)
+    if tensors:
+        ok = ok and bool((torch.cat(tensors) == 1).all())
+    if not ok:
+        _check_values(batch)
+
+
+def _as_list(value) -> list:
+    return value.tolist() if isinstance(value, torch.Tensor) else list(value)
+
+
+def _int64(value, i: int, key: str) -> int:
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"examples[{i}][{key!r}] must hold ints, "
+                        f"got {type(value).__name__}") from None
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"examples[{i}][{key!r}] holds {value}, outside int64")
+    return value
+
+
+def _zero_one(value, i: int, key: str) -> int:
+    if value == 1:
+        return 1
+    if value == 0:
+        return 0
+    raise ValueError(f"examples[{i}][{key!r}] holds {value!r}: a mask holds 0/1 values")
+
+
+def _real(value, i: int, key: str) -> float:
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(f"examples[{i}][{key!r}] must hold numbers, got {type(value).__name__}")
+    try:
+        return float(value)
+    except TypeError:
+        raise TypeError(f"examples[{i}][{key!r}] must hold numbers, "
+                        f"got {type(value).__name__}") from None
+    except OverflowError:
+        raise ValueError(f"examples[{i}][{key!r}] holds {value}, too large for a float") from None
+
+
+def _check_lengths(lengths, capacity, min_bins, bin_multiple) -> list[int]:
+    _check_size(capacity, "capacity")
+    _check_size(min_bins, "min_bins")
+    _check_size(bin_multiple, "bin_multiple")
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+        raise TypeError(f"lengths must be a sequence of ints, got {type(lengths).__name__}")
+    out = []
+    for i, length in enumerate(lengths):
+        if not isinstance(length, numbers.Integral) or isinstance(length, bool):
+            raise TypeError(f"lengths[{i}] must be an int, got {type(length).__name__}")
+        if length < 1:
+            raise ValueError(f"lengths[{i}] is {length}: every sequence needs at least 1 token")
+        if length > capacity:
+            raise ValueError(f"lengths[{i}] is {length}, over the capacity {capacity}")
+        out.append(int(length))
+    return out
+
+
+def _check_pad_token(pad_token_id) -> None:
+    if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
+        raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
+
+
+def _check_size(value, name: str) -> None:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def _check_bool(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _check_one_device(examples) -> None:
+    devices = {v.device for ex in examples for v in ex.values() if isinstance(v, torch.Tensor)}
+    if len(devices) > 1:
+        raise ValueError(f"examples hold tensors on several devices: {sorted(map(str, devices))}")
+
+
+def _output_device(device, batch: Batch, examples) -> torch.device:
+    """`device`, else the device of the tensors among the inputs, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    if batch.has_tensors:
+        for ex in examples:
+            for value in ex.values():
+                if isinstance(value, torch.Tensor):
+                    return value.device
+    return torch.device("cpu")
+
+
+# -- first-fit decreasing ----------------------------------------------------------------------
+
+
+def _first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Visit (length, index) descending; each item goes to the first bin that fits.
+
+    A max segment tree over the bins' remaining capacities answers "first bin, in creation
+    order, with remaining >= length" by one descent: tree[1] is the max over all bins,
+    tree[size + b] bin b's remaining (0 for bins not opened yet: no length >= 1 stops there).
+    First fit never leaves two bins that together hold <= capacity, so it opens fewer than
+    2 * total / capacity + 1 bins: the tree is sized by that bound.
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)[::-1]  # ties: larger index 1st
+    bound = min(len(lengths), 2 * -(-sum(lengths) // capacity) + 1)
+    size = 1 << max(bound - 1, 1).bit_length()
+    tree = [0] * (2 * size)
+    bins: list[list[int]] = []
+    for i in order:
+        length = lengths[i]
+        if tree[1] >= length:  # descend to the leftmost leaf that fits
+            node = 2
+            while node < size:
+                if tree[node] < length:
+                    node += 1
+                node <<= 1
+            if tree[node] < length:
+                node += 1
+            bins[node - size].append(i)
+            value = tree[node] - length
+        else:  # open a new bin
+            node = size + len(bins)
+            bins.append([i])
+            value = capacity - length
+        tree[node] = value
+        while node > 1:  # refresh the maxima above, stopping where nothing changes
+            sibling = tree[node ^ 1]
+            node >>= 1
+            best = value if value > sibling else sibling
+            if tree[node] == best:
+                break
+            tree[node] = best
+            value = best
+    return bins
