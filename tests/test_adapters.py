@@ -29,7 +29,7 @@ def _verl_like(values, k, *, equal_size=False):
 
 def _k_over_n(case) -> bool:
     values, k = case.args
-    return isinstance(values, list) and isinstance(k, int) and k > len(values)
+    return isinstance(values, list) and isinstance(k, (int, float)) and k > len(values)
 
 
 STAND_IN = Adapter(

@@ -70,6 +70,10 @@ def k_is_bool(case: Case) -> bool:
     return isinstance(_k(case), bool)
 
 
+def k_not_an_int(case: Case) -> bool:
+    return not isinstance(_k(case), int)
+
+
 PARTITION_KNOWN = (
     KnownDivergence(
         "k_unchecked", k_out_of_range, kind="errors", upstream=UPSTREAM,
@@ -89,6 +93,11 @@ PARTITION_KNOWN = (
     KnownDivergence(
         "bool_k_accepted", k_is_bool, kind="errors", upstream=UPSTREAM,
         doc="k=True is used as k=1; the contract raises TypeError for a bool k."),
+    KnownDivergence(
+        "k_type_unchecked", k_not_an_int, kind="errors", upstream=UPSTREAM,
+        doc="a non-int k (e.g. 2.0) is not type-checked: it fails later with AssertionError or "
+            "TypeError from inside the algorithm, or is used as is; the contract raises "
+            "TypeError naming k."),
 )
 
 KARMARKAR_KARP = register_adapter(Adapter(

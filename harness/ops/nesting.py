@@ -379,9 +379,13 @@ def bad_nest_cases(draw) -> BadCase:
         value = draw(st.sampled_from(["0", 0.0, True]))
         return BadCase(Case((td,), {"pad_token_id": value}), TypeError, "pad_token_id not int")
     if kind == "wrong_mask":
-        name = draw(st.sampled_from(["response_mask", "loss_mask", "prompts"]))
-        if name == "prompts" and "prompts" not in td.keys():
-            name = "loss_mask"
+        # only a field whose width differs from the attention mask's is detectably misregistered
+        width = td["attention_mask"].shape[1]
+        names = [n for n in ("response_mask", "loss_mask", "prompts")
+                 if n in td.keys() and td[n].shape[1] != width]
+        if not names:
+            return BadCase(Case((td,), {}), ValueError, "PAD_TOKEN_ID fields and pad_token_id=None")
+        name = draw(st.sampled_from(names))
         return BadCase(Case((td,), {"pad_token_id": pad,
                                     "rules": {name: ("attention_mask", 0)}}),
                        ValueError, f"{name} registered against attention_mask")
