@@ -95,9 +95,9 @@ PARTITION_KNOWN = (
         doc="k=True is used as k=1; the contract raises TypeError for a bool k."),
     KnownDivergence(
         "k_type_unchecked", k_not_an_int, kind="errors", upstream=UPSTREAM,
-        doc="a non-int k (e.g. 2.0) is not type-checked: it fails later with AssertionError or "
-            "TypeError from inside the algorithm, or is used as is; the contract raises "
-            "TypeError naming k."),
+        doc="a non-int k (e.g. 2.0) is not type-checked: get_seqlen_balanced_partitions fails "
+            "its assert first when k > n, karmarkar_karp fails deep inside with an unnamed "
+            "TypeError; the contract raises TypeError naming k."),
 )
 
 KARMARKAR_KARP = register_adapter(Adapter(
