@@ -17,6 +17,7 @@ from __future__ import annotations
 import array
 import itertools
 import logging
+import struct
 
 import numpy as np
 import torch
@@ -47,19 +48,26 @@ def build_rl_batch(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     device = _output_device(device, prompts, responses)
-    p_len, p_flat = _flatten_tokens(prompts, "prompts", device)
-    r_len, r_flat = _flatten_tokens(responses, "responses", device)
-    if p_len.numel() != r_len.numel():
-        raise ValueError(
-            f"prompts and responses must have the same length, got {p_len.numel()} prompts "
-            f"and {r_len.numel()} responses")
-    if p_len.numel() == 0:
-        raise ValueError("prompts is empty: a batch needs at least one sample")
-    per_token = {
-        "rewards": _flatten_values(rewards, "rewards", r_len, device, allow_scalar=True),
-        "loss_mask": _flatten_values(loss_masks, "loss_masks", r_len, device),
-        "rollout_logprobs": _flatten_values(logprobs, "logprobs", r_len, device),
-    }
+    per_token_args = {"rewards": rewards, "loss_mask": loss_masks, "rollout_logprobs": logprobs}
+    written = _write_lists(prompts, responses, per_token_args, pad_token_id, layout, device)
+    if written is not None:  # CPU fast path: tokens and values already in place
+        p_len, r_len = written.pop("p_len"), written.pop("r_len")
+        per_token = {key: None for key in per_token_args}
+    else:
+        p_len, p_flat = _flatten_tokens(prompts, "prompts", device)
+        r_len, r_flat = _flatten_tokens(responses, "responses", device)
+        if p_len.numel() != r_len.numel():
+            raise ValueError(
+                f"prompts and responses must have the same length, got {p_len.numel()} prompts "
+                f"and {r_len.numel()} responses")
+        if p_len.numel() == 0:
+            raise ValueError("prompts is empty: a batch needs at least one sample")
+        per_token = {
+            "rewards": _flatten_values(rewards, "rewards", r_len, device, allow_scalar=True),
+            "loss_mask": _flatten_values(loss_masks, "loss_masks", r_len, device),
+            "rollout_logprobs": _flatten_values(logprobs, "logprobs", r_len, device),
+        }
+        written = {}
 
     batch = p_len.numel()
     n_len = p_len + r_len
@@ -80,10 +88,11 @@ def build_rl_batch(
         end = (start + n_len)[:, None]
         real &= columns < end
         response_part &= columns < end
-    prompt_part = real ^ response_part
-    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
-    input_ids.masked_scatter_(prompt_part, p_flat)
-    input_ids.masked_scatter_(response_part, r_flat)
+    input_ids = written.get("input_ids")
+    if input_ids is None:
+        input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
+        input_ids.masked_scatter_(real ^ response_part, p_flat)
+        input_ids.masked_scatter_(response_part, r_flat)
     position_ids = (columns - start[:, None]).clamp_(min=0)
     if layout == "two_segment":  # right padding repeats the last real position
         position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
@@ -103,6 +112,9 @@ def build_rl_batch(
     }
     for key in ("loss_mask", "rewards", "rollout_logprobs"):
         values = per_token[key]
+        if key in written:
+            out[key] = written[key]
+            continue
         if values is None:
             if key == "loss_mask":
                 out[key] = response_real.to(torch.float32)
@@ -136,6 +148,58 @@ def response_values(values, response_mask) -> list[torch.Tensor]:
     counts = response_mask.sum(dim=1).tolist()
     width = values.shape[1]
     return [row[width - n:] for row, n in zip(values.unbind(0), counts)]
+
+
+def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, device):
+    """CPU fast path for Python lists: pack each row with `struct.pack_into` straight into its
+    place in the output tensors — one C loop per row that also validates every value (a float
+    token id is a `struct.error`, never truncated) — instead of flattening and scattering.
+
+        input_ids row i:  [pad ... pad | prompt_i | response_i]   packed at i*T + start_i
+
+    Returns None (the general path then raises the reference's error, in the reference's order)
+    unless every argument is a list of lists with the right counts and lengths.
+    """
+    if device.type != "cpu" or not (_plain_rows(prompts) and _plain_rows(responses)):
+        return None
+    batch = len(prompts)
+    if batch == 0 or len(responses) != batch:
+        return None
+    p_len = np.fromiter(map(len, prompts), dtype=np.int64, count=batch)
+    r_len = np.fromiter(map(len, responses), dtype=np.int64, count=batch)
+    given = {key: rows for key, rows in per_token_args.items() if rows is not None}
+    for rows in given.values():
+        if not _plain_rows(rows) or len(rows) != batch or not np.array_equal(
+                np.fromiter(map(len, rows), dtype=np.int64, count=batch), r_len):
+            return None
+    n_len = p_len + r_len
+    max_prompt, max_response = int(p_len.max()), int(r_len.max())
+    width = int(n_len.max()) if layout == "left" else max_prompt + max_response
+    start = (width - n_len) if layout == "left" else (max_prompt - p_len)
+    r_start = (max_response - r_len) if layout == "left" else np.zeros_like(r_len)
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64)
+    written = {"input_ids": input_ids, "p_len": torch.from_numpy(p_len),
+               "r_len": torch.from_numpy(r_len)}
+    try:
+        _pack_rows(input_ids, "q", prompts, np.arange(batch) * width + start)
+        _pack_rows(input_ids, "q", responses, np.arange(batch) * width + start + p_len)
+        for key, rows in given.items():
+            written[key] = torch.zeros((batch, max_response), dtype=torch.float32)
+            _pack_rows(written[key], "f", rows, np.arange(batch) * max_response + r_start)
+    except (struct.error, TypeError, OverflowError):
+        return None
+    return written
+
+
+def _plain_rows(rows) -> bool:
+    return isinstance(rows, (list, tuple)) and set(map(type, rows)) <= {list, tuple}
+
+
+def _pack_rows(out: torch.Tensor, code: str, rows, first_elements: np.ndarray) -> None:
+    """Pack row k's values (struct format `code`) at element first_elements[k] of `out`."""
+    buffer, size = memoryview(out.numpy()).cast("B"), out.element_size()
+    for row, first in zip(rows, first_elements.tolist()):
+        struct.pack_into(f"{len(row)}{code}", buffer, size * first, *row)
 
 
 class _Values:
