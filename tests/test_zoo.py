@@ -37,3 +37,17 @@ def test_every_property_can_fail() -> None:
 def test_every_op_has_zoo_entries() -> None:
     ops = {e.op for e in ENTRIES}
     assert set(registry.op_names()) <= ops, f"ops without zoo entries: {set(registry.op_names()) - ops}"
+
+
+def test_removing_a_property_lets_an_entry_survive(monkeypatch) -> None:
+    """Equivalence cannot see a bug in the oracle itself: without the `last_n_entries` property
+    in the registry, an oracle with SkyRL's `x[-0:]` bug survives every remaining check."""
+    from harness import zoo
+
+    info = registry.get("rl_batch.response_values")
+    entry = zoo.get("rl_batch.oracle_x_minus_zero")
+    assert run_entry(entry, profile="mutation").killed
+    monkeypatch.setattr(info, "properties",
+                        [p for p in info.properties if p.name != "last_n_entries"])
+    result = run_entry(entry, profile="mutation")
+    assert not result.killed, f"still killed by {[k for k, v in result.killed_by.items() if v]}"

@@ -15,14 +15,17 @@ from reference import rl_batch as _reference
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _build = _impl.build_rl_batch
 _oracle_build = _reference.build_rl_batch
+_values = _impl.response_values
 
 
 def _left_aligned_slice(values, response_mask):
+    _values(values, response_mask)  # the real validation: only the slicing is wrong
     counts = response_mask.sum(dim=1).tolist()
     return [row[:n].clone() for row, n in zip(values.unbind(0), counts)]
 
 
 def _minus_zero_slice(values, response_mask):
+    _values(values, response_mask)  # the real validation: only the slicing is wrong
     counts = response_mask.sum(dim=1).tolist()
     return [row[-n:].clone() for row, n in zip(values.unbind(0), counts)]
 
