@@ -234,7 +234,31 @@ def mutate(args) -> int:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump([asdict(r) for r in results], handle, indent=2)
+    if args.markdown:
+        _write_matrix_markdown(args.markdown, results, entries_by_name, args.profile)
     return 0 if bad == 0 else 1
+
+
+def _write_matrix_markdown(path, results, entries_by_name, profile) -> None:
+    """The kill matrix as a Markdown table (for docs/mutation.md)."""
+    lines = [f"| entry | replaces | bug | killed by (profile `{profile}`; **declared**) |",
+             "|---|---|---|---|"]
+    for r in results:
+        entry = entries_by_name[r.entry]
+        killers = []
+        for key, hit in r.killed_by.items():
+            if hit:
+                short = key.split("/", 1)[1] if key.startswith(entry.record + "/") else key
+                killers.append(f"**{short}**" if key in r.declared else short)
+        kind = " (oracle)" if entry.oracle else ""
+        bug = entry.bug.replace("|", "\\|")
+        lines.append(f"| `{r.entry}` | `{entry.record}`{kind} | {bug} | "
+                     f"{', '.join(killers) or 'SURVIVED'} |")
+    killed = sum(r.killed for r in results)
+    lines.append("")
+    lines.append(f"{killed}/{len(results)} entries killed.")
+    with open(path, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
 
 
 # --------------------------------------------------------------------------- main
@@ -267,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--without", action="append", default=[],
                    help="disable a check (record/check), to see what it alone kills")
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
+    p.add_argument("--markdown", help="zoo: also write the kill matrix as a Markdown table")
     p.add_argument("--min-mutants", type=int, default=20,
                    help="mutmut: fail if fewer mutants are generated (misconfiguration guard)")
     p.add_argument("--json")
