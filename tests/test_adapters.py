@@ -181,3 +181,55 @@ def test_verl_without_k_divergence_fails_shrunk(verl) -> None:
     report = _run("verl.karmarkar_karp", ["errors"], without=("k_unchecked",))
     (errors,) = report.new
     assert "Case(args=([0], 2)" in "\n".join(errors.notes), errors.notes
+
+
+# --------------------------------------------------------------------------- verl padding utilities
+
+
+@pytest.fixture
+def verl_padding():
+    return pytest.importorskip("verl.workers.utils.padding")
+
+
+@pytest.mark.parametrize("name", ["verl.left_right_2_no_padding", "verl.no_padding_2_padding"])
+def test_verl_padding_has_known_divergences_only(verl_padding, name: str) -> None:
+    from harness import registry
+
+    report = _run(name, registry.get(adapters.get_adapter(name).record).check_names())
+    assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
+    assert {o.check: o.status for o in report.outcomes}["equivalence"] == "pass"
+    met = {k["name"]: (k["hits"], k["confirmed"]) for k in report.known}
+    for known in ("multi_axis_position_ids_channels_first", "mask_values_unchecked",
+                  "empty_prompt_by_assert", "truncates_beyond_max_response_len"):
+        if known in met:
+            hits, confirmed = met[known]
+            assert hits > 0 and confirmed > 0, (known, met)
+
+
+def test_verl_without_ragged_channels_fails_shrunk(verl_padding) -> None:
+    """Equal-length rows of (B, C, S) position_ids: verl's jagged dim is the channel axis."""
+    report = _run("verl.left_right_2_no_padding", ["equivalence"],
+                  without=("multi_axis_position_ids_ragged_on_channels",))
+    (equivalence,) = report.new
+    assert "position_ids.offsets()" in equivalence.detail, equivalence.detail
+    shrunk = "\n".join(equivalence.notes)
+    assert "TensorDict(batch_size=[1]" in shrunk and "position_ids: i64[2,0]" in shrunk, shrunk
+
+
+def test_verl_without_empty_prompt_fails_shrunk(verl_padding) -> None:
+    """An empty row (p = r = 0) is valid for the contract; verl asserts prompt_len > 0."""
+    report = _run("verl.no_padding_2_padding", ["equivalence"],
+                  without=("empty_prompt_by_assert",))
+    (equivalence,) = report.new
+    assert "assumes prompt_len > 0" in equivalence.detail, equivalence.detail
+    shrunk = "\n".join(equivalence.notes)
+    assert "TensorDict(batch_size=[1]" in shrunk and "prompts: i64[0]" in shrunk, shrunk
+
+
+def test_verl_without_truncation_divergence_fails_shrunk(verl_padding) -> None:
+    report = check_adapter(adapters.get_adapter("verl.no_padding_2_padding")
+                           .without("truncates_beyond_max_response_len"),
+                           checks=["errors"], max_examples=40, report_multiple_bugs=False)
+    (errors,) = report.new
+    assert "accepted bad input (a response longer than R)" in errors.detail, errors.detail
+    assert "more than R = 0" in errors.detail, errors.detail  # shrunk: R = 0, one response token

@@ -10,19 +10,26 @@
     rl_batch.build_rl_batch       position_ids from verl.utils.model.compute_position_id_with_mask
                                   on the reference's attention_mask (every other key is the
                                   reference's: only the position ids are under test)
+    nesting.nest_by_mask          verl.workers.utils.padding.left_right_2_no_padding(data): verl's
+                                  nested input_ids / position_ids / routed_experts spliced into
+                                  the reference's nested batch (only the fields verl nests are
+                                  under test; it converts in place, so it gets a copy)
+    nesting.extract_response      verl.workers.utils.padding.no_padding_2_padding(tensor, data):
+                                  arguments swapped; a nested batch's R as max_response_len
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from hypothesis import strategies as st
+from tensordict import TensorDict, TensorDictBase
 
 from harness.adapters import Adapter, KnownDivergence, register_adapter
-from harness.registry import Case
+from harness.registry import BadCase, Case
 
 UPSTREAM = "verl/utils/seqlen_balancing.py (verl 0.9.1)"
 SEQLEN = "verl.utils.seqlen_balancing"
@@ -226,4 +233,324 @@ POSITION_IDS = register_adapter(Adapter(
     doc="verl's position ids (clip(cumsum(mask) - 1, 0)) against the contract's, both layouts",
     forms=None,
     skip={"errors": "only position_ids come from verl; validation is the reference's"},
+))
+
+
+# --------------------------------------------------------------------------- padding utilities
+#
+# verl.workers.utils.padding (verl 0.9.1) converts verl's two-segment batches (prompts left-padded
+# to P, responses right-padded to R, sequence tensors (B, P+R)) to and from jagged tensors:
+#
+#     left_right_2_no_padding(data)     -> nesting.nest_by_mask, for the fields verl nests
+#     no_padding_2_padding(tensor, data) -> nesting.extract_response
+
+PADDING = "verl.workers.utils.padding"
+PADDING_UPSTREAM = "verl/workers/utils/padding.py (verl 0.9.1)"
+VERL_REQUIRED = ("input_ids", "attention_mask", "response_mask", "position_ids")
+VERL_NESTED = ("input_ids", "position_ids", "routed_experts", "teacher_logprobs", "teacher_ids")
+"""The fields left_right_2_no_padding nests, all by attention_mask (the contract's rule too)."""
+
+
+def _is_batch(td: Any) -> bool:
+    return isinstance(td, TensorDictBase) and td.batch_dims == 1
+
+
+def _is_nested_batch(td: Any) -> bool:
+    from reference.nesting import STASH
+
+    return _is_batch(td) and STASH in td.keys()
+
+
+def _int64_offsets(value: torch.Tensor) -> torch.Tensor:
+    """A jagged tensor on int64 offsets (verl builds input_ids on int32 cu_seqlens)."""
+    if not value.is_nested or value.offsets().dtype == torch.int64:
+        return value
+    return torch.nested.nested_tensor_from_jagged(value.values(), offsets=value.offsets().long(),
+                                                  jagged_dim=value._ragged_idx)  # noqa: SLF001
+
+
+def no_padding_adapter(left_right_2_no_padding: Callable[..., Any]) -> Callable[..., Any]:
+    """The reference's nested batch with verl's nested input_ids / position_ids (routed_experts,
+    teacher_*) in place of its own; verl runs first, on a copy (it converts `data` in place).
+
+    An input the contract rejects but verl accepts returns verl's own output (so the errors check
+    sees the acceptance); an exception from verl propagates as it is."""
+
+    def nest_by_mask(td, **kwargs):
+        from reference.nesting import DenseFieldError
+        from reference.nesting import nest_by_mask as reference
+
+        data = td.clone() if isinstance(td, TensorDictBase) else td
+        out = left_right_2_no_padding(data)
+        try:
+            contract = reference(td, **kwargs)
+        except (ValueError, TypeError, DenseFieldError):
+            return out
+        for key in VERL_NESTED:
+            if key in td.keys():
+                contract.set(key, _int64_offsets(out.get(key)))
+        return contract
+
+    return nest_by_mask
+
+
+def verl_can_nest(case: Case) -> bool:
+    """verl's domain: a dense batch needs the four keys it asserts (the contract needs neither
+    response_mask nor position_ids), and no rule of the case may re-route a field verl nests."""
+    td = case.args[0] if case.args else None
+    rules = case.kwargs.get("rules")
+    if isinstance(rules, Mapping) and set(rules) & set(VERL_NESTED):
+        return False
+    if not _is_batch(td) or _is_nested_batch(td):
+        return True  # invalid inputs: verl must reject them too
+    return all(key in td.keys() for key in VERL_REQUIRED)
+
+
+def mask_not_binary(case: Case) -> bool:
+    td = case.args[0] if case.args else None
+    if not _is_batch(td) or "attention_mask" not in td.keys() or _is_nested_batch(td):
+        return False
+    mask = td.get("attention_mask")
+    return bool(((mask != 0) & (mask != 1)).any())
+
+
+def not_a_dense_batch(case: Case) -> bool:
+    td = case.args[0] if case.args else None
+    return not _is_batch(td) or _is_nested_batch(td)
+
+
+def _multi_axis_row_lengths(case: Case) -> list[int] | None:
+    """Real tokens per row of a dense batch with (B, C, S) position_ids, else None."""
+    td = case.args[0] if case.args else None
+    if not (_is_batch(td) and not _is_nested_batch(td) and "attention_mask" in td.keys()
+            and "position_ids" in td.keys() and not td.is_non_tensor("position_ids")
+            and td.get("position_ids").dim() == 3):
+        return None
+    return (td.get("attention_mask") != 0).sum(1).tolist()
+
+
+def multi_axis_unequal_rows(case: Case) -> bool:
+    lengths = _multi_axis_row_lengths(case)
+    return lengths is not None and len(set(lengths)) > 1
+
+
+def multi_axis_equal_rows(case: Case) -> bool:
+    lengths = _multi_axis_row_lengths(case)
+    return lengths is not None and len(set(lengths)) == 1
+
+
+@st.composite
+def bad_verl_batches(draw) -> BadCase:
+    """The contract's invalid inputs that concern verl's arguments (its other invalid inputs are
+    about the contract's keywords: pad_token_id, rules, strict, ignore_dense)."""
+    from harness.ops.nesting import nest_quietly, verl_batches
+
+    td, pad = draw(verl_batches())
+    kind = draw(st.sampled_from(["not_binary", "not_td", "nested"]))
+    if kind == "not_binary" and td["attention_mask"].shape[1] == 0:
+        kind = "nested"
+    if kind == "not_binary":
+        row = draw(st.integers(0, td.batch_size[0] - 1))
+        column = draw(st.integers(0, td["attention_mask"].shape[1] - 1))
+        mask = td["attention_mask"].to(torch.int64).clone()
+        mask[row, column] = draw(st.sampled_from([2, -1]))
+        td["attention_mask"] = mask
+        return BadCase(Case((td,), {"pad_token_id": pad}), ValueError, f"mask row {row} not 0/1")
+    if kind == "not_td":
+        return BadCase(Case((dict(td.items()),), {"pad_token_id": pad}), TypeError, "a dict")
+    return BadCase(Case((nest_quietly(td, pad_token_id=pad),), {"pad_token_id": pad}),
+                   ValueError, "already nested")
+
+
+NO_PADDING_KNOWN = (
+    KnownDivergence(
+        "multi_axis_position_ids_channels_first", multi_axis_unequal_rows, kind="valid",
+        upstream=PADDING_UPSTREAM,
+        doc="(B, C, S) position_ids (multi-axis RoPE), rows of different lengths: nested row by "
+            "row as (C, n_i), a (B, C, j) jagged tensor ragged on dim 2, where the contract "
+            "nests them as (B, j, C) ragged on dim 1 like every other field (a layout "
+            "convention: the values are right)."),
+    KnownDivergence(
+        "multi_axis_position_ids_ragged_on_channels", multi_axis_equal_rows, kind="valid",
+        upstream=PADDING_UPSTREAM,
+        doc="verl bug: (B, C, S) position_ids when every row has the same number n of real "
+            "tokens (any batch of one row): torch.nested.as_nested_tensor(layout=torch.jagged) "
+            "of equal-shape (C, n) rows makes the *channel* axis ragged: shape (B, j, n), "
+            "offsets [0, C, 2C, ...], values (B*C, n) — a layout that depends on the data and "
+            "whose offsets are not token offsets."),
+    KnownDivergence(
+        "mask_values_unchecked", mask_not_binary, kind="errors", upstream=PADDING_UPSTREAM,
+        doc="verl bug: an attention_mask holding 2 or -1 is accepted and gives a corrupt "
+            "jagged input_ids: unpad_input takes its offsets from mask.sum() but gathers with "
+            "nonzero() ([1, 2, 1, 0] -> offsets [0, 4] over 3 values), while position_ids "
+            "(mask.bool()) get 3; torch fails only at first use (unbind, to_padded_tensor) with "
+            "an unnamed RuntimeError. The contract raises ValueError naming the row."),
+    KnownDivergence(
+        "input_checked_by_assert", not_a_dense_batch, kind="errors", upstream=PADDING_UPSTREAM,
+        doc="a non-TensorDict or an already nested batch (no dense attention_mask) fails "
+            "verl's `assert` (AssertionError, gone under `python -O`), not ValueError/TypeError."),
+)
+
+LEFT_RIGHT_2_NO_PADDING = register_adapter(Adapter(
+    name="verl.left_right_2_no_padding",
+    framework="verl",
+    record="nesting.nest_by_mask",
+    target=f"{PADDING}:left_right_2_no_padding",
+    wrap=no_padding_adapter,
+    distribution="verl",
+    doc="verl's nested input_ids / position_ids / routed_experts (by attention_mask) against the "
+        "contract's; every other key is the reference's. verl's int32 cu_seqlens offsets are "
+        "re-wrapped on int64 (values and row lengths are verl's)",
+    forms=None,
+    supports=verl_can_nest,
+    invalid=bad_verl_batches(),
+    known=NO_PADDING_KNOWN,
+    skip={"property:shared_offsets":
+          "verl builds input_ids on cu_seqlens and position_ids with as_nested_tensor: two "
+          "different ragged dims on every input (docs/frameworks.md)",
+          "pin:wrong_mask_registration": "about the contract's rules keyword (verl has none)",
+          "pin:pad_token_id_missing": "about the contract's pad_token_id keyword (verl has none)"},
+))
+
+
+# --------------------------------------------------------------------------- no_padding_2_padding
+
+
+def padding_adapter(no_padding_2_padding: Callable[..., Any]) -> Callable[..., Any]:
+    """extract_response(td, output) -> no_padding_2_padding(output, td). A nested batch carries
+    R in its stash; it is handed to verl as its non-tensor `max_response_len` (the key verl's own
+    left_right_2_no_padding sets), on a shallow copy."""
+
+    def extract_response(td, output):
+        from reference.nesting import stash_of
+
+        data = td
+        if _is_nested_batch(td):
+            data = td.copy()
+            data.set_non_tensor("max_response_len", stash_of(td)["max_response_length"])
+        return no_padding_2_padding(output, data)
+
+    return extract_response
+
+
+def _segment_lengths(td: Any) -> tuple[list[int], list[int], int, int] | None:
+    """(p_i, r_i, the contract's R, the width of the response columns), or None."""
+    from reference import nesting as ref
+
+    try:
+        dense = ref.unnest_by_mask(td) if _is_nested_batch(td) else td
+        if _is_nested_batch(td):
+            stash = ref.stash_of(td)
+            prompt_width, response_width = stash["max_prompt_length"], stash["max_response_length"]
+        else:
+            prompt_width, response_width = ref.batch_widths(dense)
+        attention = dense.get("attention_mask").to(torch.int64)
+    except Exception:  # noqa: BLE001 - an input the predicates cannot read: none applies
+        return None
+    prompts = attention[:, :prompt_width].sum(1).tolist()
+    responses = attention[:, prompt_width:].sum(1).tolist()
+    return prompts, responses, response_width, attention.shape[1] - prompt_width
+
+
+def verl_can_extract(case: Case) -> bool:
+    """verl reads prompts and responses (dense: R is the width of responses, it never reads a
+    non-tensor max_response_length; nested: R is handed over as max_response_len)."""
+    td = case.args[0] if case.args else None
+    if not _is_batch(td) or not {"prompts", "responses"} <= set(td.keys()):
+        return False
+    lengths = _segment_lengths(td)
+    if lengths is None:
+        return True  # a batch the contract rejects
+    _, responses, response_width, columns = lengths
+    if response_width == columns:
+        return True
+    # the only R != width inputs in the domain: nested, a response longer than R (invalid)
+    return _is_nested_batch(td) and max(responses, default=0) > response_width
+
+
+def empty_prompt(case: Case) -> bool:
+    lengths = _segment_lengths(case.args[0]) if case.args else None
+    return lengths is not None and 0 in lengths[0]
+
+
+def float_attention_mask(case: Case) -> bool:
+    """A floating-point attention_mask, in the batch or (nested) in the dense form it stashes
+    (the contract's nested_equals_dense property runs verl on both forms)."""
+    from reference.nesting import stash_of
+
+    td = case.args[0] if case.args else None
+    if _is_nested_batch(td):
+        mask = stash_of(td)["masks"].get("attention_mask")
+        return mask is not None and mask["dtype"].is_floating_point
+    return (_is_batch(td) and "attention_mask" in td.keys()
+            and not td.is_non_tensor("attention_mask")
+            and td.get("attention_mask").is_floating_point())
+
+
+def output_not_a_tensor(case: Case) -> bool:
+    return len(case.args) > 1 and not isinstance(case.args[1], torch.Tensor)
+
+
+def output_rows_mismatch(case: Case) -> bool:
+    """The output's token count, or one of its jagged rows, differs from the batch's."""
+    if len(case.args) < 2 or not isinstance(case.args[1], torch.Tensor):
+        return False
+    lengths = _segment_lengths(case.args[0])
+    if lengths is None:
+        return False
+    totals = [p + r for p, r in zip(lengths[0], lengths[1])]
+    output = case.args[1]
+    if output.is_nested:
+        return output.offsets().diff().tolist() != totals
+    return output.dim() < 1 or output.shape[0] != sum(totals)
+
+
+def response_beyond_max_response_len(case: Case) -> bool:
+    lengths = _segment_lengths(case.args[0]) if case.args else None
+    return (lengths is not None and _is_nested_batch(case.args[0])
+            and max(lengths[1], default=0) > lengths[2])
+
+
+NO_PADDING_2_PADDING_KNOWN = (
+    KnownDivergence(
+        "empty_prompt_by_assert", empty_prompt, kind="both", upstream=PADDING_UPSTREAM,
+        doc="any row with an empty prompt fails `assert not prompt_lens.eq(0).any()` "
+            "(AssertionError): also an empty row (p = r = 0), for which the contract returns a "
+            "zero row; for p = 0 < r the contract raises ValueError."),
+    KnownDivergence(
+        "float_attention_mask_fails", float_attention_mask, kind="valid",
+        upstream=PADDING_UPSTREAM,
+        doc="a floating-point attention_mask (dense batch, or the dense form of a nested one) "
+            "makes prompt_lens float and the slice "
+            "`values[seq_offset - resp_len - 1 : ...]` fails with TypeError ('only integer "
+            "tensors of a single element can be converted to an index')."),
+    KnownDivergence(
+        "output_size_checked_by_assert", output_rows_mismatch, kind="errors",
+        upstream=PADDING_UPSTREAM,
+        doc="an output whose token count is not the batch's fails `assert sequence_offsets[-1] "
+            "== values.shape[0]` (AssertionError); a jagged output's own row lengths are never "
+            "read (only .values()), so rows of the wrong lengths with the right total pass."),
+    KnownDivergence(
+        "output_type_unchecked", output_not_a_tensor, kind="errors", upstream=PADDING_UPSTREAM,
+        doc="an output that is not a tensor fails with AttributeError ('list' object has no "
+            "attribute 'is_nested'), not TypeError."),
+    KnownDivergence(
+        "truncates_beyond_max_response_len", response_beyond_max_response_len, kind="errors",
+        upstream=PADDING_UPSTREAM,
+        doc="nested path: a response longer than max_response_len is truncated silently "
+            "(F.pad with a negative pad crops); the contract raises ValueError."),
+)
+
+NO_PADDING_2_PADDING = register_adapter(Adapter(
+    name="verl.no_padding_2_padding",
+    framework="verl",
+    record="nesting.extract_response",
+    target=f"{PADDING}:no_padding_2_padding",
+    wrap=padding_adapter,
+    distribution="verl",
+    doc="model output over the real tokens -> (B, R, ...) response tensor, dense and nested "
+        "batches, flat and jagged outputs",
+    forms=None,
+    supports=verl_can_extract,
+    known=NO_PADDING_2_PADDING_KNOWN,
 ))
