@@ -197,6 +197,8 @@ def _plain_rows(rows) -> bool:
 
 def _pack_rows(out: torch.Tensor, code: str, rows, first_elements: np.ndarray) -> None:
     """Pack row k's values (struct format `code`) at element first_elements[k] of `out`."""
+    if out.numel() == 0:  # nothing to write (a zero-size buffer cannot be cast)
+        return
     buffer, size = memoryview(out.numpy()).cast("B"), out.element_size()
     for row, first in zip(rows, first_elements.tolist()):
         struct.pack_into(f"{len(row)}{code}", buffer, size * first, *row)

@@ -1,0 +1,92 @@
+"""`rl_batch` tests beyond the registry's generic checks: which internal path the impl takes.
+
+The impl has fast paths with a strict fallback (a fast path that declines hands the input to the
+general path, which reproduces the reference's behaviour). Equivalence alone cannot tell a fast
+path that silently declines from one that works: these tests pin that the fast paths run and are
+exact on their own (mutmut showed mutants that disabled them surviving the generic checks).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given
+
+from harness import strategies as hs
+from harness.ops.rl_batch import rl_batch_cases
+from harness.registry import Case
+from impl import rl_batch as impl
+from reference import rl_batch as reference
+
+PER_TOKEN = {"rewards": "rewards", "loss_masks": "loss_mask", "logprobs": "rollout_logprobs"}
+
+
+def _all_lists(case: Case) -> bool:
+    return all(isinstance(row, list) for name in PER_TOKEN
+               for row in (case.kwargs.get(name) or []))
+
+
+@given(case=rl_batch_cases().filter(_all_lists))
+def test_list_fast_path_runs_and_is_exact(case: Case) -> None:
+    """Plain lists on the CPU: `_write_lists` packs tokens and values in place, exactly."""
+    prompts, responses = case.args
+    expected = reference.build_rl_batch(*case.args, **case.kwargs)
+    args = {key: case.kwargs.get(name) for name, key in PER_TOKEN.items()}
+    written = impl._write_lists(prompts, responses, args, case.kwargs["pad_token_id"],
+                                case.kwargs.get("layout", "left"), torch.device("cpu"))
+    assert written is not None, "the list fast path declined a plain-list batch"
+    for key in ["input_ids"] + [key for name, key in PER_TOKEN.items() if name in case.kwargs
+                                and case.kwargs[name] is not None]:
+        got, want = written[key], expected[key]
+        assert got.dtype == want.dtype and torch.equal(got, want), key
+    assert written["p_len"].tolist() == [len(p) for p in prompts]
+    assert written["r_len"].tolist() == [len(r) for r in responses]
+
+
+def test_list_fast_path_declines_what_it_cannot_write() -> None:
+    device = torch.device("cpu")
+    args = dict.fromkeys(PER_TOKEN.values())
+    assert impl._write_lists([[1]], [[2]], args, 0, "left", torch.device("meta")) is None
+    assert impl._write_lists([torch.tensor([1])], [[2]], args, 0, "left", device) is None
+    assert impl._write_lists([[1], [2]], [[2]], args, 0, "left", device) is None
+    assert impl._write_lists([[1.5]], [[2]], args, 0, "left", device) is None
+    scalars = args | {"rewards": [1.0]}
+    assert impl._write_lists([[1]], [[2]], scalars, 0, "left", device) is None
+
+
+@given(case=rl_batch_cases())
+def test_flatten_fast_paths_do_not_fall_back(case: Case) -> None:
+    """`_flatten_tokens` / `_flatten_values` convert valid lists without the row-by-row path."""
+    prompts, responses = case.args
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl._spec, "_token_list", _no_fallback)
+        lengths, flat = impl._flatten_tokens(prompts, "prompts", torch.device("cpu"))
+        assert lengths.dtype == torch.int64 and flat.dtype == torch.int64
+        assert lengths.tolist() == [len(p) for p in prompts]
+        assert flat.tolist() == [t for p in prompts for t in p]
+        r_len = torch.tensor([len(r) for r in responses], dtype=torch.int64)
+        rows = case.kwargs.get("logprobs")
+        if rows is not None:
+            patch.setattr(impl._spec, "_per_token_values", _no_fallback)
+            values = impl._flatten_values(rows, "logprobs", r_len, torch.device("cpu"))
+            want = torch.tensor([v for row in rows for v in row], dtype=torch.float32)
+            assert values.flat.dtype == torch.float32
+            assert torch.equal(values.flat.view(torch.int32), want.view(torch.int32))
+
+
+def _no_fallback(*args, **kwargs):
+    raise AssertionError("valid lists took the row-by-row fallback")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+@pytest.mark.parametrize("form", ["tensors", "jagged"])
+def test_narrow_integer_token_tensors_become_int64(dtype: torch.dtype, form: str) -> None:
+    prompts, responses = [[1, 2, 3], [4]], [[5], [6, 7]]
+    expected = reference.build_rl_batch(prompts, responses, pad_token_id=0)
+    if form == "tensors":
+        args = (hs.tensor_rows(prompts, dtype), hs.tensor_rows(responses, dtype))
+    else:
+        args = (hs.jagged(prompts, dtype), hs.jagged(responses, dtype))
+    actual = impl.build_rl_batch(*args, pad_token_id=0)
+    for key in ("input_ids", "attention_mask", "position_ids", "response_mask"):
+        assert actual[key].dtype == torch.int64 and torch.equal(actual[key], expected[key]), key
