@@ -46,7 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 IMPL = "impl"
 COPIED = ("harness", "impl", "reference", "tests", "pyproject.toml")
-TEST_FILES = ("tests/test_registry.py", "tests/test_mutation_kills.py")
+TEST_FILES = ("tests/test_registry.py", "tests/test_mutation_kills.py")  # + tests/test_<op>.py
 CLASS_SEPARATOR = "ǁ"  # mutmut's mangling of methods: x<sep>Class<sep>method
 MAX_CHILDREN = 2
 
@@ -244,7 +244,8 @@ def patterns_for(functions: dict[str, list[str]]) -> list[str]:
 
 def mutmut_config(paths: Sequence[str], ops: Sequence[str] | None) -> dict:
     """The `[tool.mutmut]` table of a run (see docs/mutation.md)."""
-    selection = [t for t in TEST_FILES if (REPO / t).is_file()]
+    op_tests = [f"tests/test_{Path(p).stem}.py" for p in paths]  # an op's own tests kill too
+    selection = [t for t in (*TEST_FILES, *op_tests) if (REPO / t).is_file()]
     if ops:
         selection += ["-k", " or ".join(op.split(".")[0] for op in ops)]
     return {
