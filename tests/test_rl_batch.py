@@ -90,3 +90,42 @@ def test_narrow_integer_token_tensors_become_int64(dtype: torch.dtype, form: str
     actual = impl.build_rl_batch(*args, pad_token_id=0)
     for key in ("input_ids", "attention_mask", "position_ids", "response_mask"):
         assert actual[key].dtype == torch.int64 and torch.equal(actual[key], expected[key]), key
+
+
+FAST_PATH_CASES = [
+    Case(([[1, -2], (3,)], [(-4, 5), [6]]), {"pad_token_id": 0, "device": "cpu"}),
+    Case(([[1], [2, 3]], [[4, 5, 6], []]),
+         {"pad_token_id": 7, "layout": "two_segment", "rewards": [[0.5, -0.0, 2.0], []],
+          "loss_masks": [[1, 0, 1], []], "logprobs": [[-1.0, -2.0, -3.0], []]}),
+    Case(([[-(2**63)], [2**63 - 1]], [[0], [1, 2]]), {"pad_token_id": -1}),
+]
+
+
+@pytest.mark.parametrize("case", FAST_PATH_CASES, ids=["tuples_negative_ids", "two_segment",
+                                                       "int64_extremes"])
+def test_build_uses_the_list_fast_path(case: Case) -> None:
+    """`build_rl_batch` on plain lists (tuples, negative and extreme ids, an explicit CPU device)
+    never reaches the general flattening path, and equals the reference."""
+    expected = reference.build_rl_batch(*case.args, **case.kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "_flatten_tokens", _no_fallback)
+        patch.setattr(impl, "_flatten_values", _no_fallback)
+        actual = impl.build_rl_batch(*case.args, **case.kwargs)
+    for key in expected.keys():
+        if not expected.is_non_tensor(key):
+            assert actual[key].dtype == expected[key].dtype, key
+            assert torch.equal(actual[key], expected[key]), key
+
+
+def test_general_path_keeps_negative_ids_without_fallback() -> None:
+    rows = [[-5, 3], [], [2**63 - 1]]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl._spec, "_token_list", _no_fallback)
+        lengths, flat = impl._flatten_tokens(rows, "prompts", torch.device("cpu"))
+    assert lengths.tolist() == [2, 0, 1] and flat.tolist() == [-5, 3, 2**63 - 1]
+
+
+def test_a_string_batch_is_named_as_the_argument() -> None:
+    for fn in (reference.build_rl_batch, impl.build_rl_batch):
+        with pytest.raises(TypeError, match="prompts must be a sequence of token sequences"):
+            fn("abc", [[1], [2], [3]], pad_token_id=0)
