@@ -111,6 +111,9 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"np\.fromiter\(map\(len, \w+\), (dtype=None|dtype=np\.int64, \))|^\s*\)$",
                "row lengths read as float64 (dtype=None) compare equal to the int64 lengths they are "
                "checked against; count= is only a preallocation hint"),
+    Equivalent("impl/rl_batch.py", "_write_lists", r"np\.zeros_like\(r_len\)",
+               r"np\.zeros_like\(None\)",
+               "np.zeros_like(None) is the 0-d object array 0: the same zero start offsets"),
     Equivalent("impl/rl_batch.py", "_pack_rows", r'\.cast\("B"\)', r'\.cast\("b"\)',
                "struct.pack_into writes raw bytes into any writable buffer: signed or unsigned "
                "byte view, same memory"),
