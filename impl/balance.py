@@ -26,11 +26,13 @@ import math
 import numbers
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from impl.sft import ffd_bins
 from reference.balance import (  # the contract's argument checks, shared with the oracle
+    _check_packed,
     _positive_int,
+    _stacked_rows,
 )
 
 _EMPTY = (0, 0, -1, -1, -1)
@@ -298,47 +300,3 @@ def _flat_order(micro_batches) -> tuple[list[int], int]:
     return order, count
 
 
-def _stacked_rows(outputs, count):
-    if isinstance(outputs, (torch.Tensor, TensorDictBase)):
-        rows_dims = outputs.dim() if isinstance(outputs, torch.Tensor) else outputs.batch_dims
-        if rows_dims < 1:
-            raise ValueError("outputs must have a row dimension")
-        return outputs
-    if isinstance(outputs, (list, tuple)):
-        if len(outputs) != count:
-            raise ValueError(
-                f"outputs has {len(outputs)} entries, but there are {count} micro-batches")
-        for j, part in enumerate(outputs):
-            if not isinstance(part, (torch.Tensor, TensorDictBase)):
-                raise TypeError(f"outputs[{j}] must be a tensor or TensorDict, "
-                                f"got {type(part).__name__}")
-        if not outputs:
-            raise ValueError("outputs is empty")
-        return torch.cat(list(outputs), dim=0)
-    raise TypeError(f"outputs must be a tensor, a TensorDict or a list of them, "
-                    f"got {type(outputs).__name__}")
-
-
-def _check_packed(packed) -> None:
-    if not isinstance(packed, TensorDictBase):
-        raise TypeError(f"packed must be a TensorDict, got {type(packed).__name__}")
-    for key in ("input_ids", "position_ids"):
-        if key not in packed.keys():
-            raise ValueError(f"packed has no {key!r}")
-        value = packed.get(key)
-        if not isinstance(value, torch.Tensor) or value.dim() != 2 or value.shape[0] != 1:
-            raise ValueError(f"packed[{key!r}] must be a (1, N) tensor")
-    if packed.get("input_ids").shape != packed.get("position_ids").shape:
-        raise ValueError("packed input_ids and position_ids must have the same shape")
-    length = packed.get("input_ids").shape[-1]
-    for key in packed.keys():
-        if key in ("input_ids", "position_ids") or packed.is_non_tensor(key):
-            continue
-        value = packed.get(key)
-        if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape == (1, length):
-            raise ValueError(f"packed[{key!r}] is a per-token field pad_for_sequence_parallel "
-                             "cannot pad")
-    if "cu_seqlens" in packed.keys():
-        cu = packed.get("cu_seqlens")
-        if cu.dim() != 1 or cu.numel() < 1 or int(cu[-1]) != length:
-            raise ValueError(f"packed cu_seqlens must be 1-D and end at N={length}")

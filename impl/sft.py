@@ -38,6 +38,9 @@ from reference.sft import (  # the contract's argument checks, shared with the o
     _check_pad_token,
     _check_size,
     _field,
+    _int64,
+    _real,
+    _zero_one,
 )
 
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
@@ -524,37 +527,6 @@ def _check_attention_all_ones(batch: Batch) -> None:
         ok = ok and bool((torch.cat(tensors) == 1).all())
     if not ok:
         _check_values(batch)
-
-
-def _int64(value, i: int, key: str) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"examples[{i}][{key!r}] must hold ints, "
-                        f"got {type(value).__name__}") from None
-    if not -(2**63) <= value < 2**63:
-        raise ValueError(f"examples[{i}][{key!r}] holds {value}, outside int64")
-    return value
-
-
-def _zero_one(value, i: int, key: str) -> int:
-    if value == 1:
-        return 1
-    if value == 0:
-        return 0
-    raise ValueError(f"examples[{i}][{key!r}] holds {value!r}: a mask holds 0/1 values")
-
-
-def _real(value, i: int, key: str) -> float:
-    if isinstance(value, (str, bytes, bytearray)):
-        raise TypeError(f"examples[{i}][{key!r}] must hold numbers, got {type(value).__name__}")
-    try:
-        return float(value)
-    except TypeError:
-        raise TypeError(f"examples[{i}][{key!r}] must hold numbers, "
-                        f"got {type(value).__name__}") from None
-    except OverflowError:
-        raise ValueError(f"examples[{i}][{key!r}] holds {value}, too large for a float") from None
 
 
 def _check_one_device(examples) -> None:

@@ -15,10 +15,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from reference.trainer import (  # the contract's argument checks, shared with the oracle
+    _check_fields,
     _device,
     _entry,
     _int,
     _positive_int,
+    _response_width,
 )
 
 LAYOUTS = ("left", "two_segment")
@@ -178,39 +180,6 @@ def _padding_start(td, multiple, eos_token_id, pad_token_id, layout, min_length)
             f"min_length={min_length} ({prompt_tokens} prompt + {response_tokens} response "
             f"tokens) is wider than the batch (T={width}, R={response_width}, layout {layout!r})")
     return start
-
-
-def _response_width(td) -> int:
-    if "response_mask" in td.keys():
-        mask = td.get("response_mask")
-        if mask.dim() != 2:
-            raise ValueError(f"td['response_mask'] must be (B, R), got {tuple(mask.shape)}")
-        return mask.shape[1]
-    if "max_response_length" in td.keys() and td.is_non_tensor("max_response_length"):
-        value = td.get_non_tensor("max_response_length")
-        _int(value, "max_response_length")
-        if value < 0:
-            raise ValueError(f"max_response_length must be >= 0, got {value}")
-        return value
-    return 0
-
-
-def _check_fields(td) -> None:
-    for key in td.keys():
-        if td.is_non_tensor(key):
-            value = td.get_non_tensor(key)
-            if not isinstance(value, SCALAR_TYPES):
-                raise ValueError(
-                    f"td[{key!r}] is non-tensor data of type {type(value).__name__}: per-row "
-                    "lists cannot be padded faithfully; store them as tensors")
-            continue
-        value = td.get(key)
-        if isinstance(value, TensorDictBase):
-            raise ValueError(f"td[{key!r}] is a nested TensorDict, which cannot be padded "
-                             "faithfully; flatten it first")
-        if not isinstance(value, torch.Tensor) or value.is_nested or value.layout != torch.strided:
-            raise ValueError(f"td[{key!r}] is not a dense tensor ({type(value).__name__}); "
-                             "it cannot be padded faithfully")
 
 
 def _is_padding(td) -> torch.Tensor:
