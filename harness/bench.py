@@ -8,6 +8,8 @@ what to compare: these machines are noisy.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import time
 from collections.abc import Callable
@@ -34,6 +36,18 @@ WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "sft.collate_sft": workloads.collate_sft_workload,
     "sft.pack_sft": workloads.pack_sft_workload,
 }
+
+
+def keep_freed_memory() -> bool:
+    """Tell glibc to keep freed memory for reuse (see the module docstring); False elsewhere."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 1 << 30)) and bool(mallopt(m_trim_threshold, 2 << 30))
 
 
 def _selected(ops) -> list[str]:
@@ -87,7 +101,8 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
     return out
 
 
-def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False) -> int:
+def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False,
+         pages: str = "warm") -> int:
     names = _selected(ops)
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -96,6 +111,8 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
     if device == "cuda" and not torch.cuda.is_available():
         console.print("[red]--device cuda: no CUDA device here[/red]")
         return 2
+    if pages == "warm" and not keep_freed_memory():
+        pages = "system (this C library has no glibc mallopt)"
     report = {}
     rounds = 2 if quick else 7
     for name in names:
@@ -107,7 +124,7 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
             best = time_variants(workload, rounds, device,
                                  progress=lambda task=task: progress.advance(task))
         table = Table(title=f"{workload.op}.{workload.name} — {workload.size}, device={device}, "
-                            f"{workload.output_bytes / 1e6:.0f} MB of outputs")
+                            f"{workload.output_bytes / 1e6:.0f} MB of outputs, pages {pages}")
         table.add_column("variant")
         table.add_column("best time", justify="right")
         table.add_column("ratio")
@@ -115,7 +132,7 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
             table.add_row(variant, f"{best[variant] * 1e3:.1f} ms", text)
         console.print(table)
         report[name] = {"size": workload.size, "device": device, "seconds": best,
-                        "output_bytes": workload.output_bytes}
+                        "output_bytes": workload.output_bytes, "pages": pages}
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(report, handle, indent=2)

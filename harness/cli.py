@@ -5,7 +5,7 @@
     harness show --op NAME
     harness mutate --zoo [--op NAME ...] [--jobs N] [--without CHECK ...] [--json FILE]
     harness mutate --mutmut [--op NAME ...] [--since GIT_REV]
-    harness bench [--op NAME ...] [--device cpu|cuda] [--json FILE]
+    harness bench [--op NAME ...] [--device cpu|cuda] [--json FILE] [--pages warm|system]
     harness check --impl skyrl|verl|module:function --op NAME
 """
 
@@ -301,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--json")
     p.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    p.add_argument("--pages", default="warm", choices=["warm", "system"],
+                   help="warm (default): glibc keeps freed memory, so outputs land on pages "
+                        "already mapped, as in a long-running trainer; system: glibc's own "
+                        "thresholds (large outputs may get fresh pages and page faults)")
 
     p = sub.add_parser("check", help="fuzz a third-party implementation through an adapter")
     p.add_argument("--impl", required=True)
@@ -323,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bench":
         from harness import bench
 
-        return bench.main(ops=args.op, device=args.device, json_path=args.json, quick=args.quick)
+        return bench.main(ops=args.op, device=args.device, json_path=args.json, quick=args.quick,
+                          pages=args.pages)
     if args.command == "check":
         from harness import adapters
 

@@ -78,54 +78,29 @@ def build_rl_batch(
         logger.warning("batch sequence width %d exceeds max_seq_len %d (not truncated)",
                        width, max_seq_len)
 
-    # sequence tensors: row i holds prompt_i then response_i from column start_i on; a boolean
-    # mask selects positions in row-major order, which is the order of the flat inputs
+    # row i holds prompt_i then response_i from sequence column start_i on; response values
+    # start at response column r_start_i (right-aligned in "left", left-aligned in "two_segment")
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
-    columns = torch.arange(width, device=device)
-    real = columns >= start[:, None]
-    response_part = columns >= (start + p_len)[:, None]
-    if layout == "two_segment":  # right padding after the response
-        end = (start + n_len)[:, None]
-        real &= columns < end
-        response_part &= columns < end
+    r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
     input_ids = written.get("input_ids")
     if input_ids is None:
-        input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
-        input_ids.masked_scatter_(real ^ response_part, p_flat)
-        input_ids.masked_scatter_(response_part, r_flat)
-    position_ids = (columns - start[:, None]).clamp_(min=0)
-    if layout == "two_segment":  # right padding repeats the last real position
-        position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
-
-    # response tensors: right-aligned (left layout) or left-aligned (two_segment)
-    r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
-    r_columns = torch.arange(max_response, device=device)
+        input_ids = _place_tokens(p_flat, r_flat, p_len, r_len, start, width, pad_token_id)
     if layout == "left":
-        response_real = r_columns >= r_start[:, None]
+        out = _left_masks(n_len, r_len, width, max_response)
     else:
-        response_real = r_columns < r_len[:, None]
-    out = {
-        "input_ids": input_ids,
-        "attention_mask": real.to(torch.int64),
-        "position_ids": position_ids,
-        "response_mask": response_real.to(torch.int64),
-    }
+        out = _two_segment_masks(p_len, r_len, n_len, start, width, max_response)
+    out = {"input_ids": input_ids} | out
+    keep = _response_rows(r_len, max_response, layout, torch.tensor([0, -1], dtype=torch.int32,
+                                                                     device=device))
     for key in ("loss_mask", "rewards", "rollout_logprobs"):
         values = per_token[key]
         if key in written:
             out[key] = written[key]
-            continue
-        if values is None:
-            if key == "loss_mask":
-                out[key] = response_real.to(torch.float32)
-            continue
-        dense = torch.zeros((batch, max_response), dtype=torch.float32, device=device)
-        if values.scalars is None:
-            dense.masked_scatter_(response_real, values.flat)
-        else:  # rows given as scalars hold no per-token values
-            dense.masked_scatter_(response_real & values.row_mask.bool()[:, None], values.flat)
-            _place_scalar_rewards(dense, values.scalars, r_len, r_start)
-        out[key] = dense
+        elif values is not None:
+            out[key] = _place_values(values, r_len, r_start, keep)
+        elif key == "loss_mask":
+            out[key] = _response_rows(r_len, max_response, layout,
+                                      torch.tensor([0.0, 1.0], dtype=torch.float32, device=device))
 
     td = TensorDict(out, batch_size=[batch], device=None)
     td.set_non_tensor("max_response_length", max_response)
@@ -203,6 +178,131 @@ def _pack_rows(out: torch.Tensor, code: str, rows, first_elements: np.ndarray) -
     for row, first in zip(rows, first_elements.tolist()):
         struct.pack_into(f"{len(row)}{code}", buffer, size * first, *row)
 
+
+# --------------------------------------------------------------------------- output placement
+# Rows that differ only by where a step happens are windows of one short base vector: with
+#     base = [a a a a | b b b b]            (2W entries)
+#     base.unfold(0, W, 1)[c] = [a]*(W-c) + [b]*c
+# so one `index_select` of those overlapping windows (a view) writes a whole (B, W) mask, each
+# output byte once, from a base that stays in cache.
+
+
+def _step_rows(counts, width, base_pair: torch.Tensor) -> torch.Tensor:
+    """(B, width): row i is [low]*(width - counts[i]) + [high]*counts[i], base_pair = [low, high]."""
+    base = base_pair.repeat_interleave(width)
+    return base.unfold(0, width, 1).index_select(0, counts)
+
+
+def _response_rows(r_len, width, layout, base_pair) -> torch.Tensor:
+    """(B, R) response-aligned rows: `high` on row i's r_i response columns, `low` elsewhere.
+
+        left:         [low ... low | high * r_i]       (right-aligned)
+        two_segment:  [high * r_i | low ... low]       (left-aligned)
+    """
+    if layout == "left":
+        return _step_rows(r_len, width, base_pair)
+    return _step_rows(width - r_len, width, base_pair.flip(0))
+
+
+def _left_masks(n_len, r_len, width, max_response) -> dict[str, torch.Tensor]:
+    """attention_mask, position_ids and response_mask of the left layout: step rows."""
+    int64 = {"dtype": torch.int64, "device": n_len.device}
+    positions = torch.cat([torch.zeros(width, **int64), torch.arange(width, **int64)])
+    return {
+        "attention_mask": _step_rows(n_len, width, torch.tensor([0, 1], **int64)),
+        "position_ids": positions.unfold(0, width, 1).index_select(0, n_len),
+        "response_mask": _step_rows(r_len, max_response, torch.tensor([0, 1], **int64)),
+    }
+
+
+def _two_segment_masks(p_len, r_len, n_len, start, width, max_response):
+    """The two_segment masks: real tokens in [start_i, start_i + n_i), then right padding whose
+    positions repeat the row's last real position."""
+    columns = torch.arange(width, device=p_len.device)
+    real = (columns >= start[:, None]) & (columns < (start + n_len)[:, None])
+    position_ids = (columns - start[:, None]).clamp_(min=0)
+    position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
+    one = torch.tensor([0, 1], dtype=torch.int64, device=p_len.device)
+    return {
+        "attention_mask": real.to(torch.int64),
+        "position_ids": position_ids,
+        "response_mask": _response_rows(r_len, max_response, "two_segment", one),
+    }
+
+
+def _place_tokens(p_flat, r_flat, p_len, r_len, start, width, pad_token_id) -> torch.Tensor:
+    """input_ids (B, T): [pad]*start_i + prompt_i + response_i + [pad]* (the rest of the row)."""
+    batch, device = p_len.numel(), p_flat.device
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
+    if device.type == "cpu" and _CPU_ROW_COPIES:
+        _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start)
+    else:
+        _place_tokens_generic(input_ids, p_flat, r_flat, p_len, r_len, start)
+    return input_ids
+
+
+def _place_tokens_generic(input_ids, p_flat, r_flat, p_len, r_len, start) -> None:
+    """Device-generic: a boolean mask visits positions in row-major order, the order of the flat
+    tokens."""
+    columns = torch.arange(input_ids.shape[1], device=input_ids.device)
+    prompt_end = (start + p_len)[:, None]
+    input_ids.masked_scatter_((columns >= start[:, None]) & (columns < prompt_end), p_flat)
+    input_ids.masked_scatter_((columns >= prompt_end) & (columns < prompt_end + r_len[:, None]),
+                              r_flat)
+
+
+_CPU_ROW_COPIES = True  # tests switch it off to run the device-generic path on the CPU
+
+
+def _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start) -> None:
+    """CPU: one memcpy (a byte-level memoryview slice assignment) per prompt and per response,
+    straight into its place:
+
+        input_ids row i:   [pad ... pad | prompt_i | response_i]   from element i*T + start_i
+    """
+    ids, prompts, responses = map(_bytes, (input_ids, p_flat, r_flat))
+    size, width = input_ids.element_size(), input_ids.shape[1]
+    first = (start + torch.arange(p_len.numel()) * width) * size
+    rows = zip(first.tolist(), (p_len * size).tolist(), (torch.cumsum(p_len, 0) * size).tolist(),
+               (r_len * size).tolist(), (torch.cumsum(r_len, 0) * size).tolist())
+    for first, n_p, p_stop, n_r, r_stop in rows:
+        ids[first:first + n_p] = prompts[p_stop - n_p:p_stop]
+        ids[first + n_p:first + n_p + n_r] = responses[r_stop - n_r:r_stop]
+
+
+def _bytes(tensor: torch.Tensor) -> memoryview:
+    """The bytes of a CPU tensor as a writable memoryview (a zero-size one cannot be cast)."""
+    if tensor.numel() == 0:
+        return memoryview(bytearray())
+    return memoryview(tensor.contiguous().numpy()).cast("B")
+
+
+def _place_values(values: _Values, r_len, r_start, keep) -> torch.Tensor:
+    """(B, R) float32: row i's r_i values at response columns [r_start_i, r_start_i + r_i), 0.0
+    elsewhere.
+
+    Without scalar rows, row i is a window of the flat values (padded with R zeros on both
+    sides) that starts r_start_i entries before the row's first value; the neighbours' values the
+    window also covers are cleared by AND-ing the bits with `keep` (-1 on the row's columns, 0
+    elsewhere): exact for every float, NaN and -0.0 included.
+    """
+    if keep.shape[1] == 0:
+        return torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
+    if values.scalars is not None:
+        return _place_values_with_scalars(values, r_len, r_start, keep)
+    flat, width = values.flat, keep.shape[1]
+    padding = flat.new_zeros(width)
+    first = torch.cumsum(r_len, 0) - r_len - r_start + width  # index in the padded flat values
+    rows = torch.cat([padding, flat, padding]).unfold(0, width, 1).index_select(0, first)
+    return rows.view(torch.int32).bitwise_and_(keep).view(torch.float32)
+
+
+def _place_values_with_scalars(values: _Values, r_len, r_start, keep) -> torch.Tensor:
+    """Rows given as a scalar hold no per-token values: scatter the others, then the scalars."""
+    dense = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device)
+    dense.masked_scatter_(keep.bool() & values.row_mask.bool()[:, None], values.flat)
+    _place_scalar_rewards(dense, values.scalars, r_len, r_start)
+    return dense
 
 class _Values:
     """Flattened per-token values of one argument: the flat float32 tensor, which rows it covers,

@@ -13,6 +13,7 @@ import torch
 from hypothesis import given
 
 from harness import strategies as hs
+from harness.compare import assert_identical
 from harness.ops.rl_batch import rl_batch_cases
 from harness.registry import Case
 from impl import rl_batch as impl
@@ -129,3 +130,30 @@ def test_a_string_batch_is_named_as_the_argument() -> None:
     for fn in (reference.build_rl_batch, impl.build_rl_batch):
         with pytest.raises(TypeError, match="prompts must be a sequence of token sequences"):
             fn("abc", [[1], [2], [3]], pad_token_id=0)
+
+
+def _to_jagged(case: Case) -> Case:
+    prompts, responses = case.args
+    kwargs = dict(case.kwargs)
+    for name in PER_TOKEN:
+        rows = kwargs.get(name)
+        if rows is not None and all(isinstance(row, list) for row in rows):
+            kwargs[name] = hs.jagged(rows, torch.float32)
+    return Case((hs.jagged(prompts, torch.int64), hs.jagged(responses, torch.int64)), kwargs)
+
+
+@pytest.mark.parametrize("cpu_row_copies", [True, False], ids=["cpu_row_copies", "generic"])
+@given(case=rl_batch_cases())
+def test_both_token_placements_equal_the_reference(case: Case, cpu_row_copies: bool) -> None:
+    """Jagged inputs: the CPU row copies and the device-generic masked scatter (what CUDA runs,
+    forced here on the CPU) each equal the reference, bit for bit."""
+    expected = reference.build_rl_batch(*case.args, **case.kwargs)
+    jagged = _to_jagged(case)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
+        if cpu_row_copies:
+            patch.setattr(impl, "_place_tokens_generic", _no_fallback)
+        else:
+            patch.setattr(impl, "_copy_rows_cpu", _no_fallback)
+        actual = impl.build_rl_batch(*jagged.args, **jagged.kwargs)
+    assert_identical(expected, actual)
