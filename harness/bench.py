@@ -92,12 +92,16 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
     for name, seconds in best.items():
         if name.startswith("floor"):
             out[name] = "1.00x (floor)"
-        elif "jagged" in name and floors["jagged"]:
+        elif ("jagged" in name or "tensors" in name) and floors["jagged"]:
             out[name] = f"{seconds / floors['jagged']:.2f}x floor (output write)"
         elif floors["lists"]:
             out[name] = f"{seconds / floors['lists']:.2f}x floor (lists)"
     if "reference" in best and "impl (lists)" in best:
         out["reference"] += f"; impl (lists) is {best['reference'] / best['impl (lists)']:.0f}x faster"
+    for form in ("lists", "jagged", "tensors"):  # the impl against the NumPy per-row baseline
+        impl, baseline = best.get(f"impl ({form})"), best.get(f"numpy rows ({form})")
+        if impl and baseline:
+            out[f"impl ({form})"] += f"; {baseline / impl:.2f}x faster than numpy rows ({form})"
     return out
 
 

@@ -46,6 +46,7 @@ def run_check(
     exception's `__notes__`.
     """
     stats = stats if stats is not None else CheckStats()
+    messages = candidate is None  # impl/ raises the reference's own messages
     call = candidate if candidate is not None else _late_bound_impl(info)
     if check == "equivalence":
         body = lambda case: check_equivalence(info, case, call, device)
@@ -53,14 +54,14 @@ def run_check(
     elif check == "errors":
         if info.invalid is None:
             raise ValueError(f"{info.name} declares no invalid inputs")
-        body = lambda bad: check_error_parity(info, bad, call, device)
+        body = lambda bad: check_error_parity(info, bad, call, device, messages)
         _run_given(info, check, body, info.invalid, _bad_pins(info), settings, stats)
     elif check.startswith("property:"):
         prop = _property(info, check.removeprefix("property:"))
         body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, call, device)), call)
         _run_given(info, check, body, info.valid, _valid_pins(info), settings, stats)
     elif check.startswith("pin:"):
-        check_pin(info, check.removeprefix("pin:"), call, device)
+        check_pin(info, check.removeprefix("pin:"), call, device, messages)
         stats.examples += 1
     else:
         raise ValueError(f"unknown check {check!r} for {info.name}; known: {info.check_names()}")
@@ -115,9 +116,11 @@ def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: st
 
 
 def check_error_parity(
-    info: OpInfo, bad: BadCase, candidate: Candidate, device: str = "cpu"
+    info: OpInfo, bad: BadCase, candidate: Candidate, device: str = "cpu", messages: bool = False
 ) -> None:
-    """Both implementations raise `bad.raises`, and the same exception type."""
+    """Both implementations raise `bad.raises`, and the same exception type; with `messages`,
+    the same message too (what `impl/` promises: it raises the reference's messages, which name
+    the argument and the row; another candidate owes only the type)."""
     ref_exc = _raised(bad.case, info.reference)
     if ref_exc is None or not isinstance(ref_exc, bad.raises):
         raise AssertionError(
@@ -137,15 +140,22 @@ def check_error_parity(
             f"{type(ref_exc).__name__}: {ref_exc}; candidate raised "
             f"{type(cand_exc).__name__}: {cand_exc}"
         ) from cand_exc
+    if messages and str(cand_exc) != str(ref_exc):
+        raise Mismatch(
+            f"{info.name}: error messages differ on bad input ({bad.why}):\n"
+            f"  reference: {type(ref_exc).__name__}: {ref_exc}\n"
+            f"  candidate: {type(cand_exc).__name__}: {cand_exc}"
+        ) from cand_exc
 
 
-def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu") -> None:
+def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu",
+              messages: bool = False) -> None:
     """The pinned case: error parity, or equivalence + every property + its literal expectation."""
     pin = next((p for p in info.pins if p.name == name), None)
     if pin is None:
         raise ValueError(f"{info.name} has no pin {name!r}")
     if isinstance(pin.case, BadCase):
-        check_error_parity(info, pin.case, candidate, device)
+        check_error_parity(info, pin.case, candidate, device, messages)
         return
     try:
         check_equivalence(info, pin.case, candidate, device)

@@ -20,7 +20,8 @@ Hypothesis profile (derandomized, 25 examples, no shrinking). mutmut runs, for e
 the tests that called the mutated function in its coverage pass. No `-n`: mutmut forks its own
 workers (at most `--max-children`, default 2), each with one torch thread.
 
-Exit status: 0 when every mutant was killed or is a documented equivalent (`EQUIVALENT`),
+Exit status: 0 when every mutant was killed or is a documented equivalent
+(`harness/equivalents/<op>.py`),
 1 when a mutant survived, 2 when the run is not trustworthy (too few mutants, mutmut failed,
 mutants left unchecked or without tests).
 """
@@ -43,6 +44,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.equivalents import Equivalent, all_equivalents
+
 REPO = Path(__file__).resolve().parent.parent
 IMPL = "impl"
 COPIED = ("harness", "impl", "reference", "tests", "pyproject.toml")
@@ -58,73 +61,9 @@ UNTESTED = {None: "not checked", 5: "no tests", 33: "no tests", 34: "skipped",
             2: "interrupted", 37: "caught by type check"}
 
 
-@dataclass(frozen=True)
-class Equivalent:
-    """Surviving mutants no CPU test can kill, because they do not change what a CPU user sees.
-
-    Matched by file, function (`*`: any) and regular expressions searched in the diff's removed
-    (`original`) and added (`mutated`) lines — stable across renumbering, unlike mutant names.
-    """
-
-    path: str
-    function: str
-    original: str
-    mutated: str
-    reason: str
-
-    def matches(self, mutant: Mutant) -> bool:
-        removed, added = _diff_sides(mutant.diff)
-        return (self.path == mutant.path and self.function in ("*", mutant.function)
-                and re.search(self.original, removed) is not None
-                and re.search(self.mutated, added) is not None)
-
-
-_ON_CPU = ("CPU-equivalent: the tensor is created on (or moved to) the default device, which is "
-           "the target device on CPU; killed on CUDA by tests/test_registry.py::test_impl_on_cuda "
-           "(gpu marker), not run on this machine")
-_NO_DEVICE = r"^(?!.*\bdevice\b)"
-
-# The survivors of `harness mutate --mutmut --op rl_batch` that no test can kill on CPU, with why
-# (mirrored in docs/mutation.md). Anything else that survives fails the run.
-EQUIVALENT: tuple[Equivalent, ...] = (
-    Equivalent("impl/rl_batch.py", "*", r"device=|\.to\(device", r"device=None|\.to\(None\)",
-               _ON_CPU),
-    Equivalent("impl/rl_batch.py", "*", r"device=", _NO_DEVICE, _ON_CPU),
-    Equivalent("impl/rl_batch.py", "build_rl_batch", r"_output_device\(|, device[,)]",
-               r"_output_device\(\w*,? ?None|, None[,)]", _ON_CPU),
-    Equivalent("impl/rl_batch.py", "_flatten_values", r", device, allow_scalar",
-               r", None, allow_scalar", _ON_CPU),
-    Equivalent("impl/rl_batch.py", "_flatten_mixed", r"^row_mask = torch\.tensor\(",
-               r"^row_mask = torch\.tensor\((?!.*dtype=torch\.int64)",
-               "row_mask is only read as row_mask.bool(): a bool or int64 tensor gives the same mask"),
-    Equivalent("impl/rl_batch.py", "_flatten_mixed", r"else 0\.0 for row", r"else 1\.0 for row",
-               "the filler value of non-scalar rows is never read: torch.where keeps `dense` "
-               "there (is_scalar is False)"),
-    Equivalent("impl/rl_batch.py", "*", r"np\.fromiter\(|count=", r"np\.fromiter\(None|count=None",
-               "numpy fast path: fromiter(None) raises TypeError, which falls back to the row-by-row "
-               "path (same values, same errors); count= is only a preallocation hint"),
-    Equivalent("impl/rl_batch.py", "*", r"(torch\.tensor\(\[|torch\.tensor\(list\(|torch\.full\().*"
-               r"dtype=torch\.int64", r"^(?!.*dtype=torch\.int64)",
-               "torch infers int64 from Python ints (torch.tensor of int lists, torch.full with "
-               "an int fill value): the explicit dtype only documents it"),
-    Equivalent("impl/rl_batch.py", "*", r"np\.fromiter\(map\(len|count=int\(lengths",
-               r"np\.fromiter\(map\(len, \w+\), (dtype=None|dtype=np\.int64, \))|^\s*\)$",
-               "row lengths read as float64 (dtype=None) compare equal to the int64 lengths they are "
-               "checked against; count= is only a preallocation hint"),
-    Equivalent("impl/rl_batch.py", "_write_lists", r"np\.zeros_like\(r_len\)",
-               r"np\.zeros_like\(None\)",
-               "np.zeros_like(None) is the 0-d object array 0: the same zero start offsets"),
-    Equivalent("impl/rl_batch.py", "_pack_rows", r'\.cast\("B"\)', r'\.cast\("b"\)',
-               "struct.pack_into writes raw bytes into any writable buffer: signed or unsigned "
-               "byte view, same memory"),
-    Equivalent("impl/rl_batch.py", "_flatten_tokens", r"if kinds and not any",
-               r"if kinds or not any",
-               "a mix of tensor and list rows then takes the array('q') path, which reads 0-d "
-               "tensors through __index__: same values, same errors as the row-by-row path"),
-    Equivalent("impl/rl_batch.py", "_flatten_values", r"^kinds = set", r"^kinds = None$",
-               "skips only the numpy fast path: _flatten_mixed gives the same values and the same "
-               "errors, slower (a performance mutant; benchmarks/bench_rl_batch.py sees it)"),
-)
+def equivalents() -> tuple[Equivalent, ...]:
+    """Every op's documented equivalent mutants (`harness/equivalents/<op>.py`)."""
+    return all_equivalents()
 
 
 @dataclass
@@ -365,20 +304,13 @@ def _number(name: str) -> int:
     return int(name.rpartition("__mutmut_")[2] or 0)
 
 
-def _diff_sides(diff: str) -> tuple[str, str]:
-    """(removed lines, added lines) of a mutant's diff, each joined into one line."""
-    lines = [line for line in diff.splitlines() if not line.startswith(("---", "+++"))]
-    return tuple(" ".join(line[1:].strip() for line in lines if line.startswith(sign))
-                 for sign in "-+")
-
-
 def attach_diffs(mutants: Sequence[Mutant], workdir: Path) -> None:
     for mutant in mutants:
         shown = _mutmut(["show", mutant.name], workdir, capture=True)
         mutant.diff = "\n".join(line for line in shown.stdout.splitlines()
                                 if line.startswith(("-", "+")) and not line.startswith(
                                     ("---", "+++")))
-        known = next((k for k in EQUIVALENT if k.matches(mutant)), None)
+        known = next((k for k in equivalents() if k.matches(mutant)), None)
         mutant.equivalent = known.reason if known else ""
 
 

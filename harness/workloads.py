@@ -94,6 +94,13 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
                                                      device=device, **jagged),
         "floor (output write)": lambda: write_floor(outputs, device),
     }
+    if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
+        from harness.baselines import numpy_rows_rl_batch
+
+        variants["numpy rows (lists)"] = lambda: numpy_rows_rl_batch(
+            prompts, responses, pad_token_id=0, **per_token)
+        variants["numpy rows (jagged)"] = lambda: numpy_rows_rl_batch(
+            j_prompts, j_responses, pad_token_id=0, **jagged)
     tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
     return Workload("rl_batch", "build_rl_batch", f"B={batch}, {tokens / 1e6:.2f} M tokens",
                     variants, output_bytes, tokens)
@@ -209,6 +216,13 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
                                                 **SFT_PACK_CONFIG),
         "floor (output write)": lambda: write_floor(outputs, device),
     }
+    if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
+        from harness.baselines import numpy_rows_pack_sft
+
+        variants["numpy rows (lists)"] = lambda: numpy_rows_pack_sft(
+            examples, pad_token_id=0, **SFT_PACK_CONFIG)
+        variants["numpy rows (tensors)"] = lambda: numpy_rows_pack_sft(
+            tensors, pad_token_id=0, **SFT_PACK_CONFIG)
     tokens = sum(len(ex["input_ids"]) for ex in examples)
     return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens, "
                     f"{rows} x {width} rows, dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens)

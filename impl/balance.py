@@ -295,7 +295,8 @@ def _flat_order(micro_batches) -> tuple[list[int], int]:
             raise TypeError(f"micro_batches[{j}] must be a list of ints")
         batch = list(batch)
         if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in batch):
-            raise TypeError(f"micro_batches[{j}] must hold ints")
+            bad = next(i for i in batch if isinstance(i, bool) or not isinstance(i, numbers.Integral))
+            raise TypeError(f"micro_batches[{j}] must hold ints, got {type(bad).__name__}")
         order += [int(i) for i in batch]
     return order, count
 

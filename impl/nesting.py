@@ -245,7 +245,7 @@ def unnest_by_mask(td):
 def _unnest_field(td, key: str, rule: dict, runs, flat) -> torch.Tensor:
     value = _jagged_field(td, key)
     mask_runs = runs[rule["mask"]]
-    _check_row_lengths(value, mask_runs, key)
+    _check_row_lengths(value, mask_runs, key, rule["mask"])
     trailing = tuple(value.shape[2:])
     dense = torch.full((mask_runs.batch, mask_runs.width, *trailing), rule["pad"],
                        dtype=value.dtype, device=value.device)
@@ -264,14 +264,18 @@ def _jagged_field(td, key: str) -> torch.Tensor:
     return value
 
 
-def _check_row_lengths(value: torch.Tensor, runs: _Runs, key: str) -> None:
+def _check_row_lengths(value: torch.Tensor, runs: _Runs, key: str, mask: str | None = None) -> None:
+    """Each row of the jagged field holds as many values as its mask has ones (the reference's
+    message: the first row that does not, naming the mask when given)."""
     lengths = torch.diff(value.offsets())
     expected = runs.row_totals()
     if lengths.numel() != expected.numel() or not torch.equal(lengths, expected):
         differ = (lengths != expected).nonzero() if lengths.numel() == expected.numel() else None
         row = int(differ[0, 0]) if differ is not None and differ.numel() else 0
-        raise ValueError(f"field {key!r} row {row}: its row lengths do not match its mask's "
-                         "ones")
+        held = int(lengths[row]) if row < lengths.numel() else 0
+        ones = int(expected[row]) if row < expected.numel() else 0
+        its_mask = f"its mask {mask!r}" if mask is not None else "its mask"
+        raise ValueError(f"field {key!r} row {row} holds {held} values, {its_mask} has {ones} ones")
 
 
 # --------------------------------------------------------------------------- chunk_nested
@@ -307,15 +311,14 @@ def extract_response(td, output):
     values, row_starts = _output_values(output, (prompt + response).to(output.device))
     prompt, response = prompt.to(output.device), response.to(output.device)
     too_long = response > response_width
-    if bool(too_long.any()):
-        row = int(too_long.nonzero()[0, 0])
-        raise ValueError(f"row {row} has {int(response[row])} response tokens, more than R = "
-                         f"{response_width} (no silent truncation)")
     orphan = (prompt == 0) & (response > 0)
-    if bool(orphan.any()):
-        row = int(orphan.nonzero()[0, 0])
-        raise ValueError(f"row {row} has an empty prompt and response tokens: no logit "
-                         "predicts its first response token")
+    if bool((too_long | orphan).any()):  # the first bad row, checked as the reference does
+        row = int((too_long | orphan).nonzero()[0, 0])
+        if bool(too_long[row]):
+            raise ValueError(f"row {row} has {int(response[row])} response tokens, more than "
+                             f"R = {response_width} (no silent truncation)")
+        raise ValueError(f"row {row} has an empty prompt and {int(response[row])} response "
+                         "tokens: no logit predicts its first response token")
     batch = attention.batch
     columns = torch.arange(response_width, device=output.device)
     real = columns < response[:, None]

@@ -105,8 +105,9 @@ def _flatten_lists(rows, name: str, device: torch.device) -> tuple[torch.Tensor,
     flat = list(itertools.chain.from_iterable(rows))
     bad = [k for k in set(map(type, flat)) - {int}
            if k is bool or not issubclass(k, numbers.Integral)]
-    if bad:
-        raise TypeError(f"{name} must hold ints, got {bad[0].__name__}")
+    if bad:  # the row check raises for the first bad value, with the reference's message
+        for index, row in enumerate(rows):
+            _row_tensor(row, name, index)
     lengths = torch.tensor(list(map(len, rows)), dtype=torch.int64)
     return torch.from_numpy(np.array(flat, dtype=np.int64)).to(device), lengths
 
@@ -129,9 +130,9 @@ def _row_tensor(row, name: str, index: int) -> torch.Tensor:
     if isinstance(row, (str, bytes)) or not hasattr(row, "__iter__"):
         raise TypeError(f"{name}[{index}] must be a sequence of ints, got {type(row).__name__}")
     row = list(row)
-    for kind in set(map(type, row)):
-        if kind is bool or not issubclass(kind, numbers.Integral):
-            raise TypeError(f"{name}[{index}] must hold ints, got {kind.__name__}")
+    for value in row:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name}[{index}] must hold ints, got {type(value).__name__}")
     return torch.tensor(row, dtype=torch.int64)
 
 
@@ -368,7 +369,11 @@ def _check_repad_args(values, indices, batch, seqlen) -> None:
         raise ValueError(f"indices[{i}] = {int(indices[i])} is outside [0, {size}) "
                          f"(batch {batch} x seqlen {seqlen})")
     if torch.unique(indices).numel() != indices.numel():
-        raise ValueError("indices repeats an index: each position can be filled only once")
+        seen = set()
+        for i, flat in enumerate(indices.tolist()):  # the first repeat, as the reference names it
+            if flat in seen:
+                raise ValueError(f"indices[{i}] = {flat} repeats an earlier index")
+            seen.add(flat)
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ run takes minutes; `harness mutate --mutmut --op rl_batch` is measured in docs/m
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import subprocess
 import textwrap
 from pathlib import Path
@@ -14,6 +16,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from harness import equivalents
 from harness import mutmut_driver as driver
 from harness.mutmut_driver import Equivalent, Mutant, Report
 
@@ -121,7 +124,7 @@ def test_function_of_and_diff_sides() -> None:
     assert driver.function_of("impl.rl_batch.x_build_rl_batch__mutmut_12") == "build_rl_batch"
     assert driver.function_of("impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3") == "_Values.__init__"
     diff = "--- a\n+++ b\n-    x = a + b\n+    x = a - b\n"
-    assert driver._diff_sides(diff) == ("x = a + b", "x = a - b")
+    assert equivalents.diff_sides(diff) == ("x = a + b", "x = a - b")
 
 
 def _report(*statuses: str, equivalent: int = 0) -> Report:
@@ -153,7 +156,7 @@ def test_guard_refuses_vacuous_runs() -> None:
 
 
 def test_equivalents_are_matched_by_function_and_diff(monkeypatch) -> None:
-    monkeypatch.setattr(driver, "EQUIVALENT", (
+    monkeypatch.setattr(driver, "equivalents", lambda: (
         Equivalent("impl/op.py", "f", r"a \+ b", r"a - b", "b == 0 always"),
         Equivalent("impl/op.py", "*", r"device=device", r"^(?!.*device)", "CPU"),))
     shown = {
@@ -171,8 +174,12 @@ def test_equivalents_are_matched_by_function_and_diff(monkeypatch) -> None:
 
 
 def test_every_documented_equivalent_names_a_real_function() -> None:
-    """An EQUIVALENT entry whose function vanished would silently stop matching."""
-    for known in driver.EQUIVALENT:
+    """An equivalent entry whose function vanished would silently stop matching; an entry in
+    `harness/equivalents/<op>.py` must be about `impl/<op>.py`."""
+    for module in pkgutil.iter_modules(equivalents.__path__):
+        entries = importlib.import_module(f"harness.equivalents.{module.name}").EQUIVALENT
+        assert all(known.path == f"impl/{module.name}.py" for known in entries), module.name
+    for known in driver.equivalents():
         source = (driver.REPO / known.path).read_text()
         names = {driver.function_of(f"m.{name}__mutmut_1")
                  for name in driver.functions_touching(source, None)}
