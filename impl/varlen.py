@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import numbers
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -153,12 +154,17 @@ def pack_varlen(
     _check_int(pad_token_id, "pad_token_id")
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
     device = _output_device(device, prompts, responses)
+    written = _write_lists(prompts, responses, pad_to_multiple, pad_token_id, device)
+    if written is not None:  # CPU fast path: the tokens are already in place
+        samples, input_ids = written
+        return _pack(samples, pad_to_multiple, pad_token_id, input_ids)
     samples = _samples(prompts, responses, device)
     return _pack(samples, pad_to_multiple, pad_token_id)
 
 
-def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int) -> TensorDict:
-    device = samples.prompt_tokens.device
+def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
+          input_ids: torch.Tensor | None = None) -> TensorDict:
+    device = samples.prompt_lengths.device
     host_lengths = samples.host_prompt_lengths + samples.host_response_lengths
     real = int(host_lengths.sum())
     total = -(-real // pad_to_multiple) * pad_to_multiple
@@ -166,30 +172,22 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int) -> TensorD
     p_len, r_len = samples.prompt_lengths, samples.response_lengths
     lengths = p_len + r_len
     offsets = _exclusive_cumsum(lengths)
-
-    # every token's slot in the row: its run's start (a per-sample constant) + its flat index
-    prompt_slots, _ = _slots(p_len, offsets - _exclusive_cumsum(p_len),
-                             samples.prompt_tokens.shape[0])
-    target_index, sample_index = _slots(r_len, offsets + p_len - _exclusive_cumsum(r_len),
-                                        samples.response_tokens.shape[0])
-    input_ids = torch.full((total,), pad_token_id, dtype=torch.int64, device=device)
-    input_ids.scatter_(0, prompt_slots, samples.prompt_tokens)
-    input_ids.scatter_(0, target_index, samples.response_tokens)
-
-    owner = torch.repeat_interleave(lengths, output_size=real)
-    starts = torch.gather(offsets, 0, owner)
-    position_ids = torch.cat([torch.arange(real, device=device) - starts,
-                              torch.arange(pad, device=device)])
+    n_responses = int(samples.host_response_lengths.sum())
+    # response token k of sample i sits at offsets_i + p_i + (k - its flat start)
+    target_index = _ramps(r_len, offsets + p_len - _exclusive_cumsum(r_len), n_responses)
+    if input_ids is None:
+        input_ids = _place_tokens(samples, offsets, target_index, total, pad_token_id)
+    with_tail = torch.cat([lengths, lengths.new_full((1,), pad)])  # the pad is its own segment
     out = TensorDict(
         {
             "input_ids": input_ids.reshape(1, total),
-            "position_ids": position_ids.reshape(1, total),
+            "position_ids": _ramps(with_tail, -_exclusive_cumsum(with_tail), total).reshape(1, total),
             "cu_seqlens": _cu_seqlens(lengths, int((host_lengths > 0).sum()), total, pad),
             "prompt_lengths": p_len.clone(),
             "response_lengths": r_len.clone(),
             "predict_index": target_index - 1,
             "target_index": target_index,
-            "sample_index": sample_index,
+            "sample_index": _owners(r_len, n_responses),
         },
         batch_size=[],
         device=device,
@@ -202,15 +200,104 @@ def _exclusive_cumsum(lengths: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(lengths, 0) - lengths
 
 
-def _slots(lengths: torch.Tensor, shift: torch.Tensor, count: int):
-    """(arange(count) + shift[owner], owner) for `count` items grouped in runs of `lengths`,
-    where owner is each item's run; with shift = run start - flat start, the items' positions:
+def _ramps(lengths: torch.Tensor, shift: torch.Tensor, count: int) -> torch.Tensor:
+    """k + shift[run of k] for the `count` items k grouped in runs of `lengths`: a cumsum of ones
+    with a jump where each run starts (two passes, no per-item index tensor).
 
-    lengths 2 0 3, shift 0 4 4  ->  owner 0 0 2 2 2, slots 0 1 6 7 8
+        lengths 2 0 3, shift 0 4 4  ->  0 1 6 7 8
+
+    Runs that start at the same item (empty runs) add their jumps there, which telescope.
     """
-    owner = torch.repeat_interleave(lengths, output_size=count)
-    per_item = torch.gather(shift, 0, owner)
-    return torch.arange(count, device=lengths.device) + per_item, owner
+    steps = torch.ones(count + 1, dtype=torch.int64, device=lengths.device)
+    jumps = torch.diff(shift, prepend=shift.new_ones(1))  # run 0: from -1 + 1 to shift_0
+    steps.index_add_(0, _exclusive_cumsum(lengths), jumps)
+    return steps[:count].cumsum_(0)
+
+
+def _owners(lengths: torch.Tensor, count: int) -> torch.Tensor:
+    """The run of each of `count` items grouped in runs of `lengths` (lengths 2 0 3 -> 0 0 2 2 2)."""
+    marks = torch.zeros(count + 1, dtype=torch.int64, device=lengths.device)
+    marks.index_add_(0, torch.cumsum(lengths, 0)[:-1], torch.ones_like(lengths[:-1]))
+    return marks[:count].cumsum_(0)
+
+
+def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.Tensor,
+                  total: int, pad_token_id: int) -> torch.Tensor:
+    """The packed row: each sample's prompt then response from offsets_i on, pad at the tail."""
+    device = samples.prompt_tokens.device
+    if device.type == "cpu" and _CPU_ROW_COPIES:  # one memcpy per prompt and per response
+        input_ids = torch.empty(total, dtype=torch.int64)
+        input_ids[int(samples.host_prompt_lengths.sum() + samples.host_response_lengths.sum()):] \
+            = pad_token_id
+        _copy_rows(input_ids, samples)
+        return input_ids
+    input_ids = torch.full((total,), pad_token_id, dtype=torch.int64, device=device)
+    p_len = samples.prompt_lengths
+    prompt_slots = _ramps(p_len, offsets - _exclusive_cumsum(p_len), samples.prompt_tokens.shape[0])
+    input_ids.scatter_(0, prompt_slots, samples.prompt_tokens)
+    input_ids.scatter_(0, target_index, samples.response_tokens)
+    return input_ids
+
+
+_CPU_ROW_COPIES = True  # tests switch it off to run the device-generic scatter on the CPU
+
+
+def _copy_rows(input_ids: torch.Tensor, samples: _Samples) -> None:
+    """CPU: byte-level memoryview slice assignments, prompt_0 response_0 prompt_1 ..."""
+    out = _bytes(input_ids)
+    sources = _bytes(samples.prompt_tokens), _bytes(samples.response_tokens)
+    lengths = [(samples.host_prompt_lengths * 8).tolist(),
+               (samples.host_response_lengths * 8).tolist()]
+    at, read = 0, [0, 0]
+    for pair in zip(*lengths):
+        for part, size in enumerate(pair):
+            out[at:at + size] = sources[part][read[part]:read[part] + size]
+            at, read[part] = at + size, read[part] + size
+
+
+def _bytes(tensor: torch.Tensor) -> memoryview:
+    """The bytes of a contiguous CPU tensor as a writable memoryview (a zero-size one cannot be
+    cast)."""
+    if tensor.numel() == 0:
+        return memoryview(bytearray())
+    return memoryview(tensor.contiguous().numpy()).cast("B")
+
+
+def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, device):
+    """CPU fast path for lists of int lists: `struct.pack_into` packs each row straight into the
+    packed row (no flattening); returns None (the general path then validates and raises the
+    reference's errors) unless every row is a list of plain ints and every sample is scorable."""
+    if device.type != "cpu" or not (_plain_rows(prompts) and _plain_rows(responses)):
+        return None
+    if not prompts or len(prompts) != len(responses):
+        return None
+    kinds = set(map(type, itertools.chain.from_iterable(prompts)))
+    kinds |= set(map(type, itertools.chain.from_iterable(responses)))
+    if not kinds <= {int}:
+        return None
+    p_len = np.fromiter(map(len, prompts), dtype=np.int64, count=len(prompts))
+    r_len = np.fromiter(map(len, responses), dtype=np.int64, count=len(responses))
+    if ((p_len == 0) & (r_len > 0)).any():
+        return None
+    real = int(p_len.sum() + r_len.sum())
+    total = -(-real // pad_to_multiple) * pad_to_multiple
+    input_ids = torch.empty(total, dtype=torch.int64)
+    input_ids[real:] = pad_token_id
+    if real:
+        buffer, at = memoryview(input_ids.numpy()).cast("B"), 0
+        try:
+            for prompt, response in zip(prompts, responses):
+                struct.pack_into(f"{len(prompt)}q{len(response)}q", buffer, at, *prompt, *response)
+                at += 8 * (len(prompt) + len(response))
+        except (struct.error, OverflowError):  # an id beyond int64: the general path names it
+            return None
+    host = torch.from_numpy(p_len), torch.from_numpy(r_len)
+    empty = torch.zeros(0, dtype=torch.int64)
+    return _Samples(empty, empty, *host, *host), input_ids
+
+
+def _plain_rows(rows) -> bool:
+    return isinstance(rows, (list, tuple)) and set(map(type, rows)) <= {list, tuple}
 
 
 def _cu_seqlens(lengths: torch.Tensor, nonempty: int, total: int, pad: int) -> torch.Tensor:
@@ -286,8 +373,7 @@ def _right_aligned(values: torch.Tensor, lengths: torch.Tensor, width: int) -> t
     batch = lengths.shape[0]
     row_ends = torch.arange(1, batch + 1, device=lengths.device) * width
     # value i of row k lands at flat (k + 1) * width - lengths[k] + (i - start_k)
-    slots, _ = _slots(lengths, row_ends - lengths - _exclusive_cumsum(lengths),
-                      values.shape[0])
+    slots = _ramps(lengths, row_ends - lengths - _exclusive_cumsum(lengths), values.shape[0])
     out = torch.zeros(batch * width, dtype=values.dtype, device=values.device)
     return out.scatter(0, slots, values).reshape(batch, width)
 

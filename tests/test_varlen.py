@@ -18,14 +18,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import registry
-from harness.compare import LOGPROB_TOLERANCE, Mismatch, assert_logprobs_close
+from harness import strategies as hs
+from harness.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
 from harness.models import ModelCase, ModelSpec, cuda_specs, specs, tiny_model
 from harness.ops.varlen import (
     CROSS_SAMPLE,
     assert_response_logprobs_close,
     masked_tensors,
+    pack_cases,
     response_mask,
 )
+from harness.registry import Case
 from harness.zoo import varlen as zoo
 from impl import varlen as impl
 from reference import varlen as reference
@@ -376,3 +379,48 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     for model_name, control, delta in measure():
         print(f"| {model_name} | {control} | {delta:.3g} | {delta / FP32_TOL:,.0f}x |")
+
+
+def _fail(*args, **kwargs):
+    raise AssertionError("this path must not run here")
+
+
+@given(case=pack_cases())
+def test_pack_varlen_list_fast_path_runs_and_is_exact(case: Case) -> None:
+    """Plain int lists on the CPU: `_write_lists` packs the tokens in place (the general
+    flattening is never reached) and the result equals the reference."""
+    expected = reference.pack_varlen(*case.args, **case.kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "_samples", _fail)
+        actual = impl.pack_varlen(*case.args, **case.kwargs)
+    assert_identical(expected, actual)
+
+
+def test_pack_varlen_list_fast_path_declines_what_it_cannot_write() -> None:
+    cpu = torch.device("cpu")
+    assert impl._write_lists([[1]], [[2]], 1, 0, torch.device("meta")) is None
+    assert impl._write_lists([torch.tensor([1])], [[2]], 1, 0, cpu) is None
+    assert impl._write_lists([[1], [2]], [[2]], 1, 0, cpu) is None
+    assert impl._write_lists([], [], 1, 0, cpu) is None
+    assert impl._write_lists([[True]], [[2]], 1, 0, cpu) is None
+    assert impl._write_lists([[1.0]], [[2]], 1, 0, cpu) is None
+    assert impl._write_lists([[]], [[2]], 1, 0, cpu) is None  # unscorable: the reference raises
+    assert impl._write_lists([[2**63]], [[2]], 1, 0, cpu) is None
+    samples, input_ids = impl._write_lists([(1, 2)], ([3],), 4, 9, cpu)
+    assert input_ids.tolist() == [1, 2, 3, 9]
+    assert samples.host_prompt_lengths.tolist() == [2]
+
+
+@pytest.mark.parametrize("cpu_row_copies", [True, False], ids=["cpu_row_copies", "generic"])
+@given(case=pack_cases())
+def test_pack_varlen_token_placements_equal_the_reference(case: Case, cpu_row_copies: bool) -> None:
+    """Jagged inputs: the CPU memcpy rows and the device-generic scatter (what CUDA runs, forced
+    here on the CPU) each equal the reference."""
+    expected = reference.pack_varlen(*case.args, **case.kwargs)
+    prompts, responses = (hs.jagged(rows, torch.int64) for rows in case.args)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
+        if not cpu_row_copies:
+            patch.setattr(impl, "_copy_rows", _fail)
+        actual = impl.pack_varlen(prompts, responses, **case.kwargs)
+    assert_identical(expected, actual)
