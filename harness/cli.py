@@ -192,7 +192,7 @@ def mutate(args) -> int:
         from harness import mutmut_driver
 
         return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
-                                  json_path=args.json)
+                                  json_path=args.json, markdown_path=args.markdown)
     from harness.mutate import kill_matrix
     from harness.zoo import all_entries
 
@@ -291,7 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--without", action="append", default=[],
                    help="disable a check (record/check), to see what it alone kills")
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
-    p.add_argument("--markdown", help="zoo: also write the kill matrix as a Markdown table")
+    p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
+                                      "mutmut: the score per file and every equivalent with its "
+                                      "reason)")
     p.add_argument("--min-mutants", type=int, default=20,
                    help="mutmut: fail if fewer mutants are generated (misconfiguration guard)")
     p.add_argument("--json")

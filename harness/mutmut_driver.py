@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.equivalents import Equivalent, all_equivalents
+from harness.equivalents import Equivalent, all_equivalents, diff_sides
 
 REPO = Path(__file__).resolve().parent.parent
 IMPL = "impl"
@@ -351,6 +351,41 @@ def print_report(report: Report, min_mutants: int) -> None:
         f"in {report.seconds:.0f}s (guard: at least {min_mutants} mutants)")
 
 
+def markdown(report: Report) -> str:
+    """The score per file, then every documented equivalent mutant with its reason, as Markdown
+    (what docs/mutation.md shows)."""
+    lines = ["| file | mutants | killed | equivalent | survived | untested | kill rate |",
+             "|---|---|---|---|---|---|---|"]
+    for path in report.scope:
+        rows = [m for m in report.mutants if m.path == path]
+        equivalent = sum(bool(m.equivalent) for m in rows)
+        killed = sum(m.status in KILLED.values() for m in rows)
+        survived = sum(m.status in SURVIVED.values() and not m.equivalent for m in rows)
+        untested = sum(m.status in UNTESTED.values() for m in rows)
+        relevant = len(rows) - equivalent
+        rate = f"{100 * killed / relevant:.1f}%" if relevant else "—"
+        lines.append(f"| `{path}` | {len(rows)} | {killed} | {equivalent} | {survived} | "
+                     f"{untested} | {rate} of {relevant} |")
+    relevant = len(report.mutants) - len(report.equivalent)
+    lines.append(f"| **all** | **{len(report.mutants)}** | **{report.killed}** | "
+                 f"**{len(report.equivalent)}** | **{len(report.survivors) - len(report.equivalent)}"
+                 f"** | **{len(report.untested)}** | **{100 * report.score:.1f}% of {relevant}** |")
+    lines += ["", f"mutmut time {report.seconds:.0f} s. Equivalent mutants:", "",
+              "| mutant | mutation (removed → added) | why no CPU test can kill it |",
+              "|---|---|---|"]
+    for mutant in report.equivalent:
+        removed, added = diff_sides(mutant.diff)
+        change = f"`{_cell(removed)}` → `{_cell(added)}`"
+        lines.append(f"| `{mutant.path}:{mutant.function}` #{_number(mutant.name)} | {change} | "
+                     f"{_cell(mutant.equivalent)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str, limit: int = 110) -> str:
+    text = text.replace("|", "\\|").replace("`", "'")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def verdict(report: Report, min_mutants: int, since: str | None) -> int:
     if len(report.mutants) < min_mutants and not since:
         print(f"error: only {len(report.mutants)} mutants (< --min-mutants {min_mutants}): "
@@ -367,7 +402,7 @@ def verdict(report: Report, min_mutants: int, since: str | None) -> int:
 
 def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants: int = 20,
          max_children: int = MAX_CHILDREN, json_path: str | None = None,
-         keep: bool = False) -> int:
+         keep: bool = False, markdown_path: str | None = None) -> int:
     """Run mutmut over `impl/<op>.py` for each op (default: all of `impl/`), restricted to the
     functions changed since `since` when given; print the score and the survivors."""
     paths = op_files(ops)
@@ -403,6 +438,8 @@ def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants
         if json_path:
             Path(json_path).write_text(json.dumps(
                 {**asdict(report), "killed": report.killed, "score": report.score}, indent=2))
+        if markdown_path:
+            Path(markdown_path).write_text(markdown(report))
         return verdict(report, min_mutants, since)
     finally:
         if keep:
@@ -426,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-mutants", type=int, default=20)
     parser.add_argument("--max-children", type=int, default=MAX_CHILDREN)
     parser.add_argument("--json", help="write the results to this file")
+    parser.add_argument("--markdown", help="write the score and the equivalents as Markdown")
     parser.add_argument("--keep", action="store_true", help="keep mutmut's work directory")
     return parser
 
@@ -433,4 +471,5 @@ def build_parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     a = build_parser().parse_args()
     sys.exit(main(ops=a.op, since=a.since, min_mutants=a.min_mutants,
-                  max_children=a.max_children, json_path=a.json, keep=a.keep))
+                  max_children=a.max_children, json_path=a.json, keep=a.keep,
+                  markdown_path=a.markdown))

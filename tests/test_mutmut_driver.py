@@ -189,3 +189,13 @@ def test_every_documented_equivalent_names_a_real_function() -> None:
 def test_cli_entry_point_parses() -> None:
     args = driver.build_parser().parse_args(["--op", "rl_batch", "--since", "HEAD~1"])
     assert args.op == ["rl_batch"] and args.since == "HEAD~1" and args.min_mutants == 20
+
+
+def test_markdown_lists_the_score_and_every_equivalent_with_its_reason() -> None:
+    report = _report("killed", "killed", "survived", "survived", "no tests", equivalent=1)
+    report.mutants[2].diff = "-    x = a | b\n+    x = a ^ b\n"
+    report.seconds = 12.0
+    text = driver.markdown(report)
+    assert "| `impl/op.py` | 5 | 2 | 1 | 1 | 1 | 50.0% of 4 |" in text
+    assert "| **all** | **5** | **2** | **1** | **1** | **1** | **50.0% of 4** |" in text
+    assert "| `impl/op.py:f` #3 | `x = a \\| b` → `x = a ^ b` | same behaviour |" in text
