@@ -131,18 +131,16 @@ def micro_batches(
     n = len(lengths)
     if n % group_size != 0:
         raise ValueError(f"len(lengths)={n} is not a multiple of group_size={group_size}")
-    longest = max(lengths)
-    if longest > max_tokens:
-        index = lengths.index(longest)
-        raise ValueError(f"lengths[{index}]={longest} exceeds max_tokens={max_tokens}")
+    if max(lengths) > max_tokens:  # the first length over the budget, as the reference names it
+        index = next(i for i, v in enumerate(lengths) if v > max_tokens)
+        raise ValueError(f"lengths[{index}]={lengths[index]} exceeds max_tokens={max_tokens}")
 
     group_sums = _group_sums(lengths, group_size)
-    heaviest = max(group_sums)
-    if heaviest > max_tokens:
-        group = group_sums.index(heaviest)
+    if max(group_sums) > max_tokens:
+        group = next(g for g, total in enumerate(group_sums) if total > max_tokens)
         raise ValueError(
             f"group {group} (samples {group * group_size}..{(group + 1) * group_size - 1}) "
-            f"holds {heaviest} tokens, more than max_tokens={max_tokens}")
+            f"holds {group_sums[group]} tokens, more than max_tokens={max_tokens}")
 
     step = count_multiple or 1
     total = sum(group_sums)
@@ -232,16 +230,18 @@ def _values(values, name) -> list:
             bad = ~torch.isfinite(values) | (values < 0)
         else:
             bad = values < 0
-        if bool(bad.any()):
+        if bool(bad.any()):  # the first bad value, named as the reference names it
             index = int(bad.nonzero()[0, 0])
-            raise ValueError(f"{name}[{index}]={values[index].item()} is negative or not finite")
+            value = values[index].item()
+            problem = "is not finite" if not math.isfinite(value) else "is negative"
+            raise ValueError(f"{name}[{index}]={value} {problem}")
         return values.tolist()
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__}")
     values = list(values)
     if all(type(v) is int for v in values):  # the common case: token counts
         if values and min(values) < 0:
-            index = values.index(min(values))
+            index = next(i for i, v in enumerate(values) if v < 0)
             raise ValueError(f"{name}[{index}]={values[index]} is negative")
         return values
     out = []
@@ -276,10 +276,9 @@ def _lengths(lengths) -> list[int]:
         lengths = [int(v) for v in lengths]
     if not lengths:
         raise ValueError("lengths is empty")
-    shortest = min(lengths)
-    if shortest < 1:
-        index = lengths.index(shortest)
-        raise ValueError(f"lengths[{index}]={shortest}: every sample needs at least 1 token")
+    if min(lengths) < 1:
+        index = next(i for i, v in enumerate(lengths) if v < 1)
+        raise ValueError(f"lengths[{index}]={lengths[index]}: every sample needs at least 1 token")
     return lengths
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -117,3 +118,168 @@ def test_pad_for_sequence_parallel_on_cuda() -> None:
     out = impl.pad_for_sequence_parallel(packed, 4)
     assert out["input_ids"].device.type == "cuda" and out["cu_seqlens"].device.type == "cuda"
     assert out["position_ids"].cpu().tolist() == [[0, 1, 2, 0, 1, 0, 1, 2]]
+
+
+# --------------------------------------------------------------------------- mutation-driven pins
+
+
+def _raised(call) -> BaseException | None:
+    """The exception `call()` raises, or None."""
+    try:
+        call()
+    except Exception as error:  # any exception is the observation
+        return error
+    return None
+
+
+def _same_error(call) -> tuple[BaseException, BaseException]:
+    """`call(impl)` and `call(ref)` both raise, the same exception type; returns (impl, ref)."""
+    mine, theirs = _raised(lambda: call(impl)), _raised(lambda: call(ref))
+    assert theirs is not None and mine is not None, (mine, theirs)
+    assert type(mine) is type(theirs), (mine, theirs)
+    return mine, theirs
+
+
+def test_karmarkar_karp_ties_in_spread_and_sum_break_by_count() -> None:
+    """Two states with the same spread and the same largest sum: the one whose largest set holds
+    more items is merged first (the set order's count), not the one with the later first index."""
+    values = [1, 2, 1, 2, 2]
+    assert impl.karmarkar_karp(values, 2) == ref.karmarkar_karp(values, 2) == [[2, 0, 3], [1, 4]]
+
+
+def test_karmarkar_karp_equal_size_sums_exact_for_tiny_floats() -> None:
+    """equal_size: a set's sum is its values' sum, nothing added (1 + 1e-20 == 1 would tie them)."""
+    values = [2e-20, 1e-20]
+    assert impl.karmarkar_karp(values, 2, equal_size=True) == [[0], [1]]
+    assert ref.karmarkar_karp(values, 2, equal_size=True) == [[0], [1]]
+
+
+def test_values_mixed_list_keeps_ints_exact() -> None:
+    """A list mixing ints and floats keeps the ints as ints: 2**53 + 1 stays above 2**53 (as
+    floats they tie), and an int culprit is printed as an int."""
+    values = [2**53 + 1, 2**53, 0.5]
+    assert impl.karmarkar_karp(values, 3) == ref.karmarkar_karp(values, 3) == [[0], [1], [2]]
+    mine, theirs = _same_error(lambda m: m.karmarkar_karp([0.5, -1], 1))
+    assert str(mine) == str(theirs) == "values[1]=-1 is negative"
+
+
+def test_values_float_tensor_accepted() -> None:
+    """A 1-D float tensor of finite values >= 0 (zero and fractions included) is accepted and
+    partitioned as its list."""
+    values = torch.tensor([0.0, 0.5, 2.5, 1.0, 0.25])
+    assert impl.karmarkar_karp(values, 2) == ref.karmarkar_karp(values, 2)
+    assert impl.karmarkar_karp(values, 2) == impl.karmarkar_karp(values.tolist(), 2)
+
+
+@pytest.mark.parametrize("values", [
+    torch.tensor([1, -2, 3, -4]),
+    torch.tensor([-1]),
+    torch.tensor([1.0, float("nan"), -1.0]),
+    torch.tensor([2.0, -0.5, float("inf")]),
+    torch.tensor([0.0, float("-inf")]),
+], ids=["int-negatives", "int-single", "float-nan", "float-negative", "float-neg-inf"])
+def test_values_bad_tensor_names_the_culprit(values: torch.Tensor) -> None:
+    """A bad value in a tensor: ValueError naming the first bad index and its value, as the
+    reference (`values[i]=v is ...`)."""
+    mine, theirs = _same_error(lambda m: m.karmarkar_karp(values, 1))
+    assert isinstance(mine, ValueError)
+    assert str(mine).split(" is ")[0] == str(theirs).split(" is ")[0]
+
+
+def test_values_bad_tensor_message_matches_reference() -> None:
+    """impl raises the reference's exact message for a bad value in a tensor."""
+    for values in (torch.tensor([1, -2]), torch.tensor([1.0, float("nan")])):
+        mine, theirs = _same_error(lambda m, values=values: m.karmarkar_karp(values, 1))
+        assert str(mine) == str(theirs)
+
+
+def test_values_list_error_names_first_negative() -> None:
+    """[1, -1, -5]: the reference names values[1]=-1, the first negative value."""
+    mine, theirs = _same_error(lambda m: m.karmarkar_karp([1, -1, -5], 1))
+    assert str(mine) == str(theirs) == "values[1]=-1 is negative"
+
+
+@pytest.mark.parametrize("values", [
+    torch.zeros(2, 2), torch.tensor(3.0), torch.tensor([True, False]),
+    torch.tensor([1 + 1j]), [1.0, float("inf")], [0.5, float("nan")], [2.0, -1.0], 5, "12",
+    [1, True], [1, "2"],
+], ids=["2d", "0d", "bool", "complex", "inf", "nan", "neg-float", "int", "str", "bool-item",
+        "str-item"])
+def test_values_error_messages_match_reference(values) -> None:
+    """Shape, dtype, non-finite floats in a list, non-sequences and non-numbers: the reference's
+    exception type and exact message."""
+    mine, theirs = _same_error(lambda m: m.karmarkar_karp(values, 1))
+    assert str(mine) == str(theirs)
+
+
+@pytest.mark.parametrize("lengths", [
+    torch.ones(2, 2, dtype=torch.int64), torch.tensor([True, True]), torch.tensor([1.0, 2.0]),
+    torch.tensor([1 + 1j]), 5, "12", [1, 2.5], [2.5, 3.0], [4.0], [1, 20.5], [20.5], [0.5], [],
+    [1, True], [1, 0, 3],
+], ids=["2d", "bool", "float", "complex", "int", "str", "mixed-float", "floats", "float-int",
+        "mixed-over-budget", "float-over-budget", "float-below-one", "empty", "bool-item", "zero"])
+def test_lengths_error_messages_match_reference(lengths) -> None:
+    """Every invalid `lengths` form: the reference's exception type and exact message (a float
+    length is a TypeError before any budget check)."""
+    mine, theirs = _same_error(lambda m: m.micro_batches(lengths, 10))
+    assert str(mine) == str(theirs)
+
+
+def test_lengths_integral_non_int_values_accepted() -> None:
+    """numpy integers (Integral, not `int`) are valid lengths, read as ints."""
+    lengths = [np.int64(3), np.int64(7), 4]
+    assert impl.micro_batches(lengths, 8) == ref.micro_batches(lengths, 8) == [[1], [0, 2]]
+
+
+def test_lengths_error_names_first_short_length() -> None:
+    """[3, 0, -1]: the reference names lengths[1]=0, the first length below 1."""
+    mine, theirs = _same_error(lambda m: m.micro_batches([3, 0, -1], 10))
+    assert str(mine) == str(theirs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"group_size": 0}, {"group_size": 1.5}, {"count_multiple": 0}, {"count_multiple": "2"},
+    {"min_count": 0}, {"max_tokens": 0},
+])
+def test_micro_batches_option_errors_name_the_option(kwargs) -> None:
+    """A bad option: the reference's exception type and exact message, naming the option."""
+    options = {"max_tokens": 10, **kwargs}
+    mine, theirs = _same_error(lambda m: m.micro_batches([1, 2], **options))
+    assert str(mine) == str(theirs) and next(iter(kwargs)) in str(mine)
+
+
+@pytest.mark.parametrize("batches", [
+    5, None, [5], [[0], 7], [[0, 1.5]], [[0], [True]], [[1, -1]], [[0, 2]], [[0, 0]], [[1], [1]],
+], ids=["int", "none", "int-batch", "int-second-batch", "float-index", "bool-index", "negative",
+        "too-large", "twice", "twice-across"])
+def test_restore_order_bad_micro_batches_match_reference(batches) -> None:
+    """Malformed micro-batch lists: the reference's exception type and exact message."""
+    mine, theirs = _same_error(lambda m: m.restore_order(torch.arange(2), batches))
+    assert str(mine) == str(theirs)
+
+
+@pytest.mark.parametrize("module", [ref, impl], ids=["reference", "impl"])
+def test_pad_for_sequence_parallel_keeps_dtypes_and_shares_other_fields(module) -> None:
+    """The pad keeps each field's dtype (int32 positions stay int32), and the fields it does not
+    pad are the input's own tensors (a shallow clone)."""
+    packed = packed_row([3, 2], [1, 2, 3, 4, 5])
+    packed.set("input_ids", packed["input_ids"].to(torch.int32))
+    packed.set("position_ids", packed["position_ids"].to(torch.int32))
+    out = module.pad_for_sequence_parallel(packed, 4)
+    assert out["input_ids"].dtype == out["position_ids"].dtype == torch.int32
+    assert out["cu_seqlens"].dtype == torch.int32
+    assert out["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 1, 2]]
+    assert out.get("sample_lengths") is packed.get("sample_lengths")
+
+
+def test_micro_batches_names_first_length_over_budget() -> None:
+    """[40, 50] with max_tokens 32: the reference names lengths[0]=40, the first over budget."""
+    mine, theirs = _same_error(lambda m: m.micro_batches([40, 50], 32))
+    assert str(mine) == str(theirs) == "lengths[0]=40 exceeds max_tokens=32"
+
+
+def test_micro_batches_names_first_group_over_budget() -> None:
+    """Groups of 39 and 51 tokens, max_tokens 35: the reference names group 0, the first over."""
+    mine, theirs = _same_error(lambda m: m.micro_batches([24, 15, 25, 26], 35, group_size=2))
+    assert str(mine) == str(theirs)
+    assert str(theirs).startswith("group 0 (samples 0..1) holds 39 tokens")
