@@ -95,9 +95,9 @@ def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _runs_of(mask: torch.Tensor, name: str) -> _Runs:
+def _runs_of(mask: torch.Tensor, name: str, *, name_value: bool = True) -> _Runs:
     """Validate a dense 0/1 mask and find its runs with one scan."""
-    _check_binary(mask, name)
+    _check_binary(mask, name, name_value=name_value)
     batch, width = mask.shape
     padded = torch.zeros(batch, width + 2, dtype=torch.bool, device=mask.device)
     padded[:, 1:-1] = mask != 0
@@ -106,7 +106,9 @@ def _runs_of(mask: torch.Tensor, name: str) -> _Runs:
     return _Runs(batch, width, rows[0::2], starts, ends - starts)
 
 
-def _check_binary(mask: torch.Tensor, name: str) -> None:
+def _check_binary(mask: torch.Tensor, name: str, *, name_value: bool = True) -> None:
+    """Every entry 0 or 1; the error names the first bad row (and its first bad value, as
+    nest_by_mask's reference does; extract_response's reference names only the row)."""
     if mask.dtype == torch.bool or mask.numel() == 0:
         return
     if mask.is_floating_point() or mask.is_complex():
@@ -118,6 +120,8 @@ def _check_binary(mask: torch.Tensor, name: str) -> None:
         bad = (mask != 0) & (mask != 1)
     if bool(bad.any()):
         row = int(bad.any(1).nonzero()[0, 0])
+        if not name_value:
+            raise ValueError(f"mask {name!r} row {row} is not 0/1")
         value = mask[row][bad[row]][0].item()
         raise ValueError(f"mask {name!r} row {row} holds {value!r}: masks must be 0/1")
 
@@ -131,8 +135,10 @@ def _runs_from_encoding(td, name: str, width: int) -> _Runs:
     if offsets.numel() != batch + 1 or lengths_njt.offsets().numel() != batch + 1:
         raise ValueError(f"{starts_key!r} must have {batch} rows")
     if not torch.equal(offsets, lengths_njt.offsets()):
-        raise ValueError(f"{starts_key!r} and {lengths_key!r} have different rows")
-    starts, lengths = starts_njt.values(), lengths_njt.values()
+        differ = (torch.diff(offsets) != torch.diff(lengths_njt.offsets())).nonzero()
+        row = int(differ[0, 0]) if differ.numel() else 0
+        raise ValueError(f"{starts_key!r} and {lengths_key!r} differ in row {row}")
+    starts, lengths = _row_values(starts_njt), _row_values(lengths_njt)
     counts = torch.diff(offsets)
     rows = torch.repeat_interleave(torch.arange(batch, device=offsets.device), counts,
                                    output_size=starts.numel())
@@ -145,6 +151,13 @@ def _runs_from_encoding(td, name: str, width: int) -> _Runs:
         row = int(rows[bad.nonzero()[0, 0]])
         raise ValueError(f"{name!r} row {row}: runs overlap or fall outside width {width}")
     return _Runs(batch, width, rows, starts, lengths)
+
+
+def _row_values(njt: torch.Tensor) -> torch.Tensor:
+    """The values of a contiguous jagged tensor's rows: `values()` from offsets[0] to
+    offsets[-1] (a jagged tensor may view a larger buffer, its offsets starting past 0)."""
+    first, last = njt.offsets()[[0, -1]].tolist()
+    return njt.values()[first:last]
 
 
 def _jagged(td, key: str) -> torch.Tensor:
@@ -251,7 +264,7 @@ def _unnest_field(td, key: str, rule: dict, runs, flat) -> torch.Tensor:
                        dtype=value.dtype, device=value.device)
     index, inner = flat[rule["mask"]], math.prod(trailing)
     dense.view(mask_runs.batch * mask_runs.width, inner).index_copy_(
-        0, index, value.values().reshape(index.numel(), inner))
+        0, index, _row_values(value).reshape(index.numel(), inner))
     if rule["permute"] is not None:
         dense = dense.permute(*rule["permute"]).contiguous()
     return dense
@@ -260,7 +273,7 @@ def _unnest_field(td, key: str, rule: dict, runs, flat) -> torch.Tensor:
 def _jagged_field(td, key: str) -> torch.Tensor:
     value = td.get(key)
     if not _spec._is_jagged(value):
-        raise ValueError(f"field {key!r} of the nested batch is not a contiguous jagged tensor")
+        raise ValueError(f"field {key!r} of the nested batch is not a jagged tensor")
     return value
 
 
@@ -342,7 +355,7 @@ def _attention_runs(td) -> tuple[int, int, _Runs]:
         if ATTENTION_MASK not in tensors:
             raise ValueError(f"td has no {ATTENTION_MASK!r}")
         prompt_width, response_width = _spec.batch_widths(td, tensors)
-        runs = _runs_of(td.get(ATTENTION_MASK), ATTENTION_MASK)
+        runs = _runs_of(td.get(ATTENTION_MASK), ATTENTION_MASK, name_value=False)
     if response_width is None or prompt_width is None:
         raise ValueError("R is unknown: td has no responses, response_mask or non-tensor "
                          "max_response_length")
@@ -353,8 +366,11 @@ def _output_values(output: torch.Tensor, totals: torch.Tensor):
     """(flat values (nnz, *), start of each row in them), checked against the row lengths."""
     batch = totals.numel()
     if output.is_nested:
-        if output.dim() < 2 or output._ragged_idx != 1 or output.shape[0] != batch:
-            raise ValueError(f"output must have {batch} rows ragged on dim 1")
+        if output.dim() < 2 or output._ragged_idx != 1:
+            raise ValueError("output must be ragged on dim 1")
+        if output.shape[0] != batch:
+            raise ValueError(f"output must have {batch} rows ragged on dim 1, got "
+                             f"{output.shape[0]} rows")
         offsets = output.offsets()
         lengths = torch.diff(offsets) if output.lengths() is None else output.lengths()
         if not torch.equal(lengths, totals):
@@ -400,7 +416,7 @@ def pad_to_response_width(td, *fields):
                              f"{int(cols[first])}, beyond R = {response_width}")
         dense = torch.zeros((runs.batch, response_width, *value.shape[2:]), dtype=value.dtype,
                             device=value.device)
-        dense[rows, cols] = value.values()
+        dense[rows, cols] = _row_values(value)
         out.set(name, dense)
     return out
 
