@@ -90,8 +90,9 @@ def build_rl_batch(
     else:
         out = _two_segment_masks(p_len, r_len, n_len, start, width, max_response)
     out = {"input_ids": input_ids} | out
-    keep = _response_rows(r_len, max_response, layout, torch.tensor([0, -1], dtype=torch.int32,
-                                                                     device=device))
+    right_aligned = layout == "left"  # the response tensors of the left layout
+    keep = _response_rows(r_len, max_response, right_aligned,
+                          torch.tensor([0, -1], dtype=torch.int32, device=device))
     for key in ("loss_mask", "rewards", "rollout_logprobs"):
         values = per_token[key]
         if key in written:
@@ -99,7 +100,7 @@ def build_rl_batch(
         elif values is not None:
             out[key] = _place_values(values, r_len, r_start, keep)
         elif key == "loss_mask":
-            out[key] = _response_rows(r_len, max_response, layout,
+            out[key] = _response_rows(r_len, max_response, right_aligned,
                                       torch.tensor([0.0, 1.0], dtype=torch.float32, device=device))
 
     td = TensorDict(out, batch_size=[batch], device=None)
@@ -193,13 +194,13 @@ def _step_rows(counts, width, base_pair: torch.Tensor) -> torch.Tensor:
     return base.unfold(0, width, 1).index_select(0, counts)
 
 
-def _response_rows(r_len, width, layout, base_pair) -> torch.Tensor:
+def _response_rows(r_len, width, right_aligned: bool, base_pair) -> torch.Tensor:
     """(B, R) response-aligned rows: `high` on row i's r_i response columns, `low` elsewhere.
 
-        left:         [low ... low | high * r_i]       (right-aligned)
-        two_segment:  [high * r_i | low ... low]       (left-aligned)
+        right_aligned (left layout):         [low ... low | high * r_i]
+        left-aligned (two_segment layout):   [high * r_i | low ... low]
     """
-    if layout == "left":
+    if right_aligned:
         return _step_rows(r_len, width, base_pair)
     return _step_rows(width - r_len, width, base_pair.flip(0))
 
@@ -226,7 +227,7 @@ def _two_segment_masks(p_len, r_len, n_len, start, width, max_response):
     return {
         "attention_mask": real.to(torch.int64),
         "position_ids": position_ids,
-        "response_mask": _response_rows(r_len, max_response, "two_segment", one),
+        "response_mask": _response_rows(r_len, max_response, False, one),
     }
 
 

@@ -40,4 +40,13 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent("impl/rl_batch.py", "_flatten_values", r"^kinds = set", r"^kinds = None$",
                "skips only the numpy fast path: _flatten_mixed gives the same values and the same "
                "errors, slower (a performance mutant; benchmarks/bench_rl_batch.py sees it)"),
+    Equivalent("impl/rl_batch.py", "_left_masks", r"\*\*int64\)",
+               r"torch\.(arange\(width|tensor\(\[0, 1\]), \)",
+               "torch infers int64 from Python ints (tensor([0, 1]), arange(width)), and the "
+               "dropped device is the default one, the target on CPU; " + ON_CPU),
+    Equivalent("impl/rl_batch.py", "build_rl_batch", r"torch\.tensor\(\[0, -1\], dtype=torch\.int32",
+               r"torch\.tensor\(\[0, -1\], (dtype=None,|device=device\))",
+               "performance only: an int64 keep row of -1/0 AND-ed in place into the int32 view "
+               "of the values gives the same bits (in-place integer ops cast the other operand); "
+               "it only reads twice the bytes"),
 )
