@@ -5,6 +5,7 @@ fallbacks, FFD at scale, realistic sizes, and list inputs placed on CUDA."""
 from __future__ import annotations
 
 import random
+import types
 
 import numpy as np
 import pytest
@@ -199,3 +200,264 @@ def test_cuda_tensor_inputs_stay_on_cuda() -> None:
     out = impl.pack_sft(examples, pad_token_id=0, capacity=256, dp_size=2)
     assert out["input_ids"].is_cuda and out["sub_seq_lengths"].is_cuda
     assert out.get_non_tensor("cu_seqlens_padded").is_cuda
+
+
+# -- contracts pinned by mutation testing (mutmut survivors of impl/sft.py) ---------------------
+
+CPU = torch.device("cpu")
+
+
+def _no_fallback(*args, **kwargs):
+    raise AssertionError("valid input took a slow path")
+
+
+def _proxy(ex: dict) -> types.MappingProxyType:
+    """A mapping that is not a dict: its example goes through the full structure checks."""
+    return types.MappingProxyType(ex)
+
+
+def _same_calls(examples: list, calls: list[tuple[str, dict]]) -> list:
+    """The reference's outputs for each (function, kwargs) call, computed outside any patch."""
+    return [getattr(reference, function)(examples, **kwargs) for function, kwargs in calls]
+
+
+FAST_LISTS = [  # plain dicts of lists: n == 1, n == s, tuples, attention lists with zeros
+    _ex([5, 6, 7], 1, [1]),
+    {"input_ids": (8, 9), "num_actions": 2, "loss_mask": (0, 1), "attention_mask": (1, 1)},
+    _ex([-3, 2**63 - 1, -(2**63), 4], 3, [1, 0, 2]),
+]
+FAST_CALLS = [("collate_sft", {"pad_token_id": 7, "normalize": True, "device": "cpu"}),
+              ("collate_sft", {"pad_token_id": -1}),
+              ("pack_sft", {"pad_token_id": 0, "capacity": 8, "dp_size": 2}),
+              ("pack_sft", {"pad_token_id": 0, "capacity": 6, "tp_size": 2, "cp_size": 2}),
+              ("pack_sft", {"pad_token_id": 0, "capacity": 5, "fp8": True})]
+
+
+def test_plain_lists_take_the_fast_paths() -> None:
+    """Dicts of lists on the CPU: no structure re-check, no value replay, ids written in place
+    (never flattened), 0/1 loss masks read as bytes with their exact sum handed to the scale,
+    0/1 attention lists read as bytes; same outputs as the reference."""
+    cases = [(FAST_LISTS, FAST_CALLS),
+             (FAST_LISTS + [_ex([1, 2, 3], 2, [1, 1], attention_mask=[0, 1, 1])], FAST_CALLS[:2])]
+    scale = impl._scale
+
+    def exact_scale(values: torch.Tensor, total: float | None) -> torch.Tensor:
+        assert total is not None, "0/1 list masks lost their free exact sum"
+        return scale(values, total)
+
+    for examples, calls in cases:
+        expected = _same_calls(examples, calls)
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("_check_structure", "_check_values", "_flat_ints", "_packed"):
+                patch.setattr(impl, name, _no_fallback)
+            patch.setattr(impl, "operator", types.SimpleNamespace(eq=_no_fallback))
+            patch.setattr(impl, "_scale", exact_scale)
+            for want, (function, kwargs) in zip(expected, calls, strict=True):
+                assert_identical(want, getattr(impl, function)(examples, **kwargs))
+
+
+def test_all_ones_attention_needs_no_values() -> None:
+    """collate_sft skips building attention values when every given list mask is all ones."""
+    examples = [_ex([1, 2], 1, [1]), _ex([3], 1, [1], attention_mask=[1]),
+                {"input_ids": (4, 5), "num_actions": 1, "loss_mask": (1,), "attention_mask": (1, 1)}]
+    for subset in (examples[:1], examples):
+        batch = impl._parse_examples(subset)
+        assert impl._attention_values(batch, sum(batch.lengths), CPU) is None
+
+
+TENSOR_CASES = [  # (examples, every id row a tensor: nothing goes through struct packing)
+    ([{"input_ids": torch.tensor([1, 2, 3]), "num_actions": 2,
+       "loss_mask": torch.tensor([0.5, 1.0]), "attention_mask": torch.tensor([0, 1, 1])},
+      {"input_ids": torch.tensor([4, 5], dtype=torch.int32), "num_actions": 1,
+       "loss_mask": torch.tensor([1], dtype=torch.uint8),
+       "attention_mask": torch.tensor([True, True])}], True),
+    ([{"input_ids": torch.tensor([1, 2, 3]), "num_actions": 2, "loss_mask": [1, 0]},
+      {"input_ids": torch.tensor([4, 5]), "num_actions": 1, "loss_mask": (1,)}], True),
+    ([_ex([1, 2, 3], 2, [1, 1]),
+      {"input_ids": [4, 5], "num_actions": 1, "loss_mask": torch.tensor([0.25])}], False),
+    ([_ex([1, 2, 3], 2, [1, 1]),
+      _ex([4, 5], 1, [1], attention_mask=torch.tensor([1.0, 1.0]))], False),
+]
+
+
+@pytest.mark.parametrize("examples, tensor_ids", TENSOR_CASES,
+                         ids=["all_tensors", "tensor_ids", "tensor_loss", "tensor_attention"])
+def test_tensor_inputs_skip_the_list_writers(examples: list, tensor_ids: bool) -> None:
+    """An example holding any tensor makes the batch a tensor batch: no in-place struct writes,
+    no value replay; with tensor ids, no struct packing at all; same outputs as the reference."""
+    pack_examples = [{k: v for k, v in ex.items() if k != "attention_mask"} for ex in examples]
+    if any("attention_mask" in ex for ex in examples):  # all-ones tensor masks pack
+        pack_examples[-1]["attention_mask"] = torch.ones(len(examples[-1]["input_ids"]))
+    runs = [(examples, "collate_sft", {"pad_token_id": 0}),
+            (examples, "collate_sft", {"pad_token_id": 0, "normalize": True}),
+            (pack_examples, "pack_sft", {"pad_token_id": 9, "capacity": 4, "tp_size": 2})]
+    expected = [getattr(reference, function)(exs, **kw) for exs, function, kw in runs]
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("_check_structure", "_check_values", "_write_ints"):
+            patch.setattr(impl, name, _no_fallback)
+        if tensor_ids:
+            patch.setattr(impl, "_packed", _no_fallback)
+        for want, (exs, function, kw) in zip(expected, runs, strict=True):
+            assert_identical(want, getattr(impl, function)(exs, **kw))
+
+
+def test_structure_checked_examples_match_reference() -> None:
+    """Mappings that are not dicts (and dicts the fast path declines) go through the full
+    structure check and give the reference's outputs, tensors and interior zeros included."""
+    examples = [
+        _proxy(_ex([1, 2, 3], 2, [1, 0], attention_mask=[1, 0, 1])),
+        _proxy({"input_ids": [4, 5], "num_actions": 1, "loss_mask": torch.tensor([0.5]),
+                "attention_mask": torch.tensor([0.0, 1.0], dtype=torch.float64)}),
+        _ex([6], np.int64(1), [1]),
+    ]
+    for kwargs in ({"pad_token_id": 0}, {"pad_token_id": 3, "normalize": True}):
+        assert_identical(reference.collate_sft(examples, **kwargs),
+                         impl.collate_sft(examples, **kwargs))
+    packed = [_proxy(_ex([1, 2, 3], 2, [1, 0], attention_mask=[1, 1, 1])),
+              _proxy({"input_ids": [4, 5], "num_actions": 2, "loss_mask": torch.tensor([0.5, 1.0]),
+                      "attention_mask": torch.tensor([1.0, 1.0])}),
+              _proxy(_ex((6,), 1, (1,)))]
+    assert_identical(reference.pack_sft(packed, pad_token_id=0, capacity=4),
+                     impl.pack_sft(packed, pad_token_id=0, capacity=4))
+
+
+META = torch.device("meta")
+TWO_DEVICES = {"input_ids": torch.tensor([1, 2]), "num_actions": 1,
+               "loss_mask": torch.ones(1, device=META)}
+
+# (what, function, examples, kwargs)
+MORE_ERRORS = [
+    ("tensor attention value 2", "collate_sft",
+     [TWO[0], {"input_ids": torch.tensor([4, 5]), "num_actions": 1, "loss_mask": torch.ones(1),
+               "attention_mask": torch.tensor([1, 2])}], {"pad_token_id": 0}),
+    ("tensor attention zero (packed)", "pack_sft",
+     [TWO[0], {"input_ids": [4, 5], "num_actions": 1, "loss_mask": [1],
+               "attention_mask": torch.tensor([1, 0])}], PACK),
+    ("tensors on two devices", "collate_sft", [TWO[0], TWO_DEVICES], {"pad_token_id": 0}),
+    ("two devices, then a checked example", "collate_sft", [TWO_DEVICES, _proxy(TWO[0])],
+     {"pad_token_id": 0}),
+    ("two devices in a checked example", "pack_sft", [_proxy(TWO_DEVICES)], PACK),
+    ("loss_mask a string (checked)", "collate_sft", [TWO[0], _proxy(_ex([1], 1, [1]) | {
+        "loss_mask": "ab"})], {"pad_token_id": 0}),
+    ("attention_mask a string (checked)", "collate_sft",
+     [TWO[0], _proxy(_ex([1], 1, [1], attention_mask="ab"))], {"pad_token_id": 0}),
+    ("fp8 not a bool", "pack_sft", [TWO[0]], PACK | {"fp8": "yes"}),
+    ("list id over int64 beside tensors", "collate_sft",
+     [{"input_ids": torch.tensor([1]), "num_actions": 1, "loss_mask": [1]}, _ex([2**63], 1, [1])],
+     {"pad_token_id": 0}),
+    ("negative list ids beside tensors are fine, a string loss is not", "collate_sft",
+     [{"input_ids": torch.tensor([1]), "num_actions": 1, "loss_mask": [1]},
+      _ex([-2, 3], 1, [1]), _ex([4], 1, ["x"])], {"pad_token_id": 0}),
+    ("list id over int64 onto another device", "collate_sft", [TWO[0], _ex([2**63], 1, [1])],
+     {"pad_token_id": 0, "device": "meta"}),
+    ("a tuple mask's dropped bad value", "pack_sft",
+     [TWO[0], {"input_ids": (4,), "num_actions": 1, "loss_mask": ("x",)}], PACK),
+]
+
+
+@pytest.mark.parametrize("what, function, examples, kwargs", MORE_ERRORS,
+                         ids=[e[0] for e in MORE_ERRORS])
+def test_more_errors_identical(what: str, function: str, examples: list, kwargs: dict) -> None:
+    """Inputs reaching each deferred check: the reference's exception type and message."""
+    _same_error(function, examples, **kwargs)
+
+
+def test_mixed_list_and_tensor_ids_with_negative_values() -> None:
+    """Negative list ids beside tensor rows are packed as signed int64."""
+    examples = [{"input_ids": torch.tensor([1]), "num_actions": 1, "loss_mask": [1]},
+                _ex([-2, 3], 1, [1])]
+    assert_identical(reference.collate_sft(examples, pad_token_id=0),
+                     impl.collate_sft(examples, pad_token_id=0))
+    assert_identical(reference.pack_sft(examples, pad_token_id=0, capacity=4),
+                     impl.pack_sft(examples, pad_token_id=0, capacity=4))
+
+
+P, Q = 2.0**22 + 0.5, -(2.0**22 - 0.5)  # float32 values whose float64 sum loses small terms
+VALUE_CASES = [
+    ("int32 tensor ids", [{"input_ids": torch.tensor([1, 2], dtype=torch.int32),
+                           "num_actions": 1, "loss_mask": torch.tensor([1.0])}]),
+    ("float32 tensor losses", [{"input_ids": torch.tensor([1, 2]), "num_actions": 2,
+                                "loss_mask": torch.tensor([0.5, 0.25])}]),
+    ("int64 tensor loss rounded through float64",
+     [{"input_ids": [1, 2], "num_actions": 1, "loss_mask": torch.tensor([2**60 + 2**36 + 1])}]),
+    ("large integral weights cancel", [_ex([1, 2, 3], 3, [2.0**60, 3.0, -(2.0**60)])]),
+    ("large weights with a fraction cancel", [_ex([1, 2, 3], 3, [2.0**60, 3.5, -(2.0**60)])]),
+    ("small fractions lost by a float64 sum", [_ex([1, 2, 3, 4], 4, [P, 1.5 * 2**-40, Q, 2**-25])]),
+]
+
+
+@pytest.mark.parametrize("what, examples", VALUE_CASES, ids=[c[0] for c in VALUE_CASES])
+def test_values_and_scale_match_reference(what: str, examples: list) -> None:
+    """Dtype promotion, float64 rounding of loss values and the exact (fsum) normalization."""
+    for kwargs in ({"pad_token_id": 0}, {"pad_token_id": 0, "normalize": True}):
+        assert_identical(reference.collate_sft(examples, **kwargs),
+                         impl.collate_sft(examples, **kwargs))
+    assert_identical(reference.pack_sft(examples, pad_token_id=0, capacity=8),
+                     impl.pack_sft(examples, pad_token_id=0, capacity=8))
+
+
+def test_align_size_defaults() -> None:
+    """tp_size and cp_size default to 1: alignment 1, and tp alone without cp."""
+    assert impl.align_size() == reference.align_size() == 1
+    assert impl.align_size(4) == reference.align_size(4) == 4
+    assert impl.align_size(cp_size=2) == reference.align_size(cp_size=2) == 4
+
+
+def _on_device_like(expected, actual, device: torch.device) -> None:
+    """Every tensor of `actual` (non-tensor entries too) is on `device`, with the reference's
+    keys, dtypes and shapes (values cannot be read on the meta device)."""
+    assert set(actual.keys()) == set(expected.keys())
+    for key in expected.keys():
+        if expected.is_non_tensor(key):
+            want, got = expected.get_non_tensor(key), actual.get_non_tensor(key)
+        else:
+            want, got = expected.get(key), actual.get(key)
+        if isinstance(want, torch.Tensor):
+            assert got.device == device, (key, got.device)
+            assert got.dtype == want.dtype, key
+            if not want.is_nested:
+                assert got.shape == want.shape, key
+        else:
+            assert got == want, key
+
+
+META_CASES = [
+    ("lists", FAST_LISTS + [_ex([1, 2, 3], 2, [0.5, 1], attention_mask=[0, 1, 1])], True),
+    ("cpu tensors", [{k: v for k, v in ex.items() if k != "attention_mask"}
+                     for ex in TENSOR_CASES[0][0]], False),
+    ("mixed", TENSOR_CASES[1][0], False),
+]
+
+
+@pytest.mark.parametrize("what, examples, lists", META_CASES, ids=[c[0] for c in META_CASES])
+def test_outputs_land_on_the_requested_device(what: str, examples: list, lists: bool) -> None:
+    """`device=` places every output (and every intermediate it meets) on that device: the meta
+    device, on a CPU-only machine, shows any tensor left on the CPU. (Normalization and packing
+    only where the exact sum comes from the host: a sum over meta values cannot be read.)"""
+    calls = [("collate_sft", examples, {"pad_token_id": 0})]
+    if lists:
+        calls += [("collate_sft", FAST_LISTS, {"pad_token_id": 0, "normalize": True}),
+                  ("pack_sft", FAST_LISTS, {"pad_token_id": 0, "capacity": 8, "dp_size": 2}),
+                  ("pack_sft", FAST_LISTS, {"pad_token_id": 0, "capacity": 6, "cp_size": 2,
+                                            "fp8": True})]
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("_flat_ints", "_flat_floats", "_packed_floats", "_attention_values"):
+            patch.setattr(impl, name, _made_on(getattr(impl, name), META))
+        for function, exs, kwargs in calls:
+            expected = getattr(reference, function)(exs, **kwargs)
+            for device in ("meta", META):
+                _on_device_like(expected, getattr(impl, function)(exs, device=device, **kwargs),
+                                META)
+
+
+def _made_on(helper, device: torch.device):
+    """`helper`, checking that the values it flattens come out on `device` (masked_scatter_
+    onto a meta tensor would accept a CPU source silently)."""
+
+    def spy(*args, **kwargs):
+        out = helper(*args, **kwargs)
+        values = out[0] if isinstance(out, tuple) else out
+        assert values is None or values.device == device, (helper.__name__, values.device)
+        return out
+
+    return spy
