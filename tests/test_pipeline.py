@@ -3,12 +3,21 @@ the example's literal ledger shape, the trace's stages, and `harness show`'s dra
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import torch
+from tensordict import TensorDict
 
 from harness import registry
-from harness.ops.pipeline import BASE, EXAMPLE, step_case
+from harness.compare import assert_identical
+from harness.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, step_case
 from impl import pipeline as impl
 from reference import pipeline as reference
+from reference.nesting import DenseFieldError
+from reference.pipeline import LEDGER_KEYS
 
 
 def test_example_ledger() -> None:
@@ -51,3 +60,152 @@ def test_show_draws_every_stage() -> None:
     for stage in ("layout='left'", "two-segment", "pad_to_multiple", "balanced_partitions",
                   "rank 0", "ledger"):
         assert stage in text
+
+
+# --------------------------------------------------------------------------- mutation kills
+
+
+def _with_forward_widths(call: Callable[[torch.nn.Module], Any]) -> tuple[Any, list[int]]:
+    """`call(model)` on the shared tiny model, and the width of every packed row it forwarded."""
+    model = MODEL.build()
+    widths: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    try:
+        return call(model), widths
+    finally:
+        hook.remove()
+
+
+def _packed_widths(trace: dict, sp_size: int) -> list[int]:
+    """One forward per micro-batch (of `trace`): its scored rows' tokens (rows with a response),
+    padded to a multiple of sp_size; a micro-batch without a response token is not forwarded."""
+    padded = trace["padded"]
+    attention = padded["attention_mask"]
+    tokens = attention.sum(1).tolist()
+    answered = attention[:, -padded.get_non_tensor("max_response_length"):].sum(1).tolist()
+    totals = [sum(tokens[s] for s in batch if answered[s])
+              for rank in trace["micro_batches"] for batch in rank]
+    return [-(-total // sp_size) * sp_size for total in totals if total]
+
+
+def test_one_packed_forward_per_micro_batch() -> None:
+    """Each micro-batch is one packed forward within max_tokens (not re-split by varlen's own
+    default budget), padded to a multiple of sp_size: rows 0-3 hold 22 tokens, padded to 24."""
+    trace, widths = _with_forward_widths(
+        lambda model: impl.trace_rl_step(model, *BASE, max_tokens=30, sp_size=3))
+    assert trace["micro_batches"] == [[[0, 1, 2, 3, 4]]]
+    assert widths == _packed_widths(trace, 3) == [24]
+
+
+def test_defaults_match_reference() -> None:
+    """rl_step and trace_rl_step called with only max_tokens (and mini_batch_size, so that a
+    padding row is added) use the reference's defaults: dp_size=1, sp_size=1 (forwards of the
+    micro-batches' exact token counts), pad_token_id=0, eos_token_id=1."""
+    args = dict(max_tokens=12, mini_batch_size=3)
+    expected = reference.trace_rl_step(MODEL.build(), *BASE, **args)
+    trace, trace_widths = _with_forward_widths(
+        lambda model: impl.trace_rl_step(model, *BASE, **args))
+    ledger, ledger_widths = _with_forward_widths(lambda model: impl.rl_step(model, *BASE, **args))
+    for key in ("left", "two_segment", "padded"):
+        assert_identical(expected[key], trace[key])
+    assert trace["ranks"] == expected["ranks"]
+    assert trace_widths == ledger_widths == _packed_widths(expected, 1) == [5, 11, 8]
+    assert_same_step(expected["ledger"], trace["ledger"])
+    assert_same_step(expected["ledger"], ledger)
+
+
+@pytest.mark.parametrize("bad", [dict(pad_token_id=None), dict(eos_token_id=None),
+                                 dict(sp_size=0), dict(mini_batch_size=2.5)])
+def test_config_checked_like_reference(bad: dict) -> None:
+    """rl_step hands every config argument on: an invalid one raises the reference's error."""
+    case = step_case(*BASE, max_tokens=20, **bad)
+    with pytest.raises((TypeError, ValueError)) as expected:
+        case.call(reference.rl_step)
+    with pytest.raises(expected.type) as actual:
+        case.call(impl.rl_step)
+    assert str(actual.value) == str(expected.value)
+
+
+def test_boolean_scores_read_as_float32() -> None:
+    """Pass/fail (bool) scores give the float32 advantages of the scores 1.0 and 0.0."""
+    prompts, responses, masks, traj_ids, _ = BASE
+    config = dict(dp_size=1, mini_batch_size=None, max_tokens=20, sp_size=1, pad_token_id=0,
+                  eos_token_id=1)
+    steps = [impl.Step(None, prompts, responses, masks, traj_ids, scores, **config)
+             for scores in ([True, False], [1.0, 0.0])]
+    (_, bools), (_, floats) = (impl.layout_and_advantages(step) for step in steps)
+    assert_identical(floats, bools)
+    assert bools["advantages"].dtype == torch.float32
+
+
+def test_stages_receive_the_chain_values() -> None:
+    """Swapped stages (`STAGES.replace`, as the bug zoo does) get the chain's values: scale the
+    padded batch, weight_mask each rank's chunk and its response lengths; the ledger's weight
+    is float32 whatever dtype the stages return (float64 here)."""
+    seen: dict[str, list] = {"scale": [], "weight_mask": []}
+
+    def scale(step: impl.Step, padded: TensorDict) -> torch.Tensor:
+        seen["scale"].append(padded)
+        return torch.tensor(0.125, dtype=torch.float64)
+
+    def weight_mask(chunk: TensorDict, fields: TensorDict, response_lengths: torch.Tensor):
+        seen["weight_mask"].append((chunk, response_lengths))
+        return impl.weight_mask(chunk, fields, response_lengths).double()
+
+    stages = impl.STAGES.replace(scale=scale, weight_mask=weight_mask)
+    assert (stages.scale, stages.weight_mask, stages.pad) == (scale, weight_mask, impl.pad)
+    trace = EXAMPLE.call(functools.partial(impl.run_step, stages))
+    assert len(seen["scale"]) == 1 and seen["scale"][0] is trace["padded"]
+    assert len(seen["weight_mask"]) == len(trace["dispatch"]) == 2
+    for chunk, (got, lengths) in zip(trace["dispatch"], seen["weight_mask"]):
+        assert got is chunk
+        assert torch.equal(lengths, chunk["responses"].offsets().diff())
+    ledger, masks = trace["ledger"], BASE[2]
+    assert ledger["weight"].dtype == torch.float32
+    assert ledger["weight"].tolist() == [
+        masks[s][j] * 0.125 if s < len(masks) else 0.0
+        for s, j in zip(ledger["sample"].tolist(), ledger["position"].tolist())]
+
+
+def test_no_rank_gives_empty_ledger() -> None:
+    """Stages that dispatch to no rank leave an empty ledger with the reference's columns and
+    dtypes, loss 0.0 and the real row count."""
+    expected = EXAMPLE.call(reference.rl_step)
+    empty = impl.STAGES.replace(rank_bounds=lambda ranks: [])
+    ledger = EXAMPLE.call(functools.partial(impl.run_step, empty))["ledger"]
+    assert ledger.batch_size == torch.Size([0])
+    assert {k: ledger[k].dtype for k in LEDGER_KEYS} == {k: expected[k].dtype for k in LEDGER_KEYS}
+    assert ledger.get_non_tensor("loss") == 0.0
+    assert ledger.get_non_tensor("real_rows") == 5
+
+
+def test_dispatch_refuses_dense_fields() -> None:
+    """Dispatch nests strictly: a dense sequence field without a nesting rule is an error, not
+    a warning (nothing dense reaches the ranks)."""
+
+    def pad_with_dense_field(step: impl.Step, batch: TensorDict) -> TensorDict:
+        padded = impl.pad(step, batch).clone()
+        padded["dense_extra"] = torch.zeros(padded["input_ids"].shape)
+        return padded
+
+    stages = impl.STAGES.replace(pad=pad_with_dense_field)
+    with pytest.raises(DenseFieldError, match="dense_extra"):
+        EXAMPLE.call(functools.partial(impl.run_step, stages))
+
+
+def test_dispatch_marks_padding_as_bool() -> None:
+    """Without padding rows, the dispatched chunks still carry a bool is_padding (all False)."""
+    trace = step_case(*BASE, dp_size=1, max_tokens=20).call(impl.trace_rl_step)
+    assert "is_padding" not in trace["padded"].keys()
+    for chunk in trace["dispatch"]:
+        assert chunk["is_padding"].dtype == torch.bool
+        assert not bool(chunk["is_padding"].any())
+
+
+def test_to_canonical_docstring_example() -> None:
+    """W = 3, R = 4: `. a b` → `a b . .` and `c d e` → `c d e .`, +0.0 off the response."""
+    logprobs = torch.tensor([[0.0, -1.0, -2.0], [-3.0, -4.0, -5.0]])
+    values, valid = impl.to_canonical(logprobs, torch.tensor([2, 3]), 4)
+    assert_identical(torch.tensor([[-1.0, -2.0, 0.0, 0.0], [-3.0, -4.0, -5.0, 0.0]]), values)
+    assert valid.tolist() == [[True, True, False, False], [True, True, True, False]]
