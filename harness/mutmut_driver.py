@@ -377,13 +377,13 @@ def markdown(report: Report) -> str:
         removed, added = diff_sides(mutant.diff)
         change = f"`{_cell(removed)}` → `{_cell(added)}`"
         lines.append(f"| `{mutant.path}:{mutant.function}` #{_number(mutant.name)} | {change} | "
-                     f"{_cell(mutant.equivalent)} |")
+                     f"{_cell(mutant.equivalent, limit=None)} |")
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str, limit: int = 110) -> str:
+def _cell(text: str, limit: int | None = 110) -> str:
     text = text.replace("|", "\\|").replace("`", "'")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def verdict(report: Report, min_mutants: int, since: str | None) -> int:
