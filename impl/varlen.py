@@ -84,7 +84,7 @@ def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch
     """(flat int64 tokens on `device`, int64 lengths on the CPU) of one list of token rows."""
     if _is_contiguous_jagged(rows):
         if rows.size(0) > 0:
-            _check_token_dtype(rows.dtype, name)
+            _check_token_dtype(rows.dtype, f"{name}[0]")  # the reference checks row by row
         values = rows.values().to(device=device, dtype=torch.int64)
         return values, rows.offsets().diff().cpu().to(torch.int64)
     rows = _rows(rows, name)
@@ -110,7 +110,13 @@ def _flatten_lists(rows, name: str, device: torch.device) -> tuple[torch.Tensor,
         for index, row in enumerate(rows):
             _row_tensor(row, name, index)
     lengths = torch.tensor(list(map(len, rows)), dtype=torch.int64)
-    return torch.from_numpy(np.array(flat, dtype=np.int64)).to(device), lengths
+    try:
+        values = np.array(flat, dtype=np.int64)
+    except OverflowError:  # an id beyond int64: the row conversion raises the reference's error
+        for index, row in enumerate(rows):
+            _row_tensor(row, name, index)
+        raise
+    return torch.from_numpy(values).to(device), lengths
 
 
 def _rows(rows, name: str) -> list:
@@ -225,13 +231,12 @@ def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.
                   total: int, pad_token_id: int) -> torch.Tensor:
     """The packed row: each sample's prompt then response from offsets_i on, pad at the tail."""
     device = samples.prompt_tokens.device
+    real = int(samples.host_prompt_lengths.sum() + samples.host_response_lengths.sum())
+    input_ids = torch.empty(total, dtype=torch.int64, device=device)
+    input_ids[real:] = pad_token_id  # (an id beyond int64 raises here, as in the reference)
     if device.type == "cpu" and _CPU_ROW_COPIES:  # one memcpy per prompt and per response
-        input_ids = torch.empty(total, dtype=torch.int64)
-        input_ids[int(samples.host_prompt_lengths.sum() + samples.host_response_lengths.sum()):] \
-            = pad_token_id
         _copy_rows(input_ids, samples)
         return input_ids
-    input_ids = torch.full((total,), pad_token_id, dtype=torch.int64, device=device)
     p_len = samples.prompt_lengths
     prompt_slots = _ramps(p_len, offsets - _exclusive_cumsum(p_len), samples.prompt_tokens.shape[0])
     input_ids.scatter_(0, prompt_slots, samples.prompt_tokens)

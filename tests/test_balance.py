@@ -283,3 +283,12 @@ def test_micro_batches_names_first_group_over_budget() -> None:
     mine, theirs = _same_error(lambda m: m.micro_batches([24, 15, 25, 26], 35, group_size=2))
     assert str(mine) == str(theirs)
     assert str(theirs).startswith("group 0 (samples 0..1) holds 39 tokens")
+
+
+def test_micro_batches_a_length_or_group_at_the_budget_fits() -> None:
+    """Exactly max_tokens fits: the error names the later length / group that exceeds it."""
+    mine, theirs = _same_error(lambda m: m.micro_batches([32, 40], 32))
+    assert str(mine) == str(theirs) == "lengths[1]=40 exceeds max_tokens=32"
+    mine, theirs = _same_error(lambda m: m.micro_batches([20, 15, 25, 26], 35, group_size=2))
+    assert str(mine) == str(theirs)
+    assert str(theirs).startswith("group 1 (samples 2..3) holds 51 tokens")

@@ -12,10 +12,17 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from harness import registry
 from harness import strategies as hs
@@ -424,3 +431,384 @@ def test_pack_varlen_token_placements_equal_the_reference(case: Case, cpu_row_co
             patch.setattr(impl, "_copy_rows", _fail)
         actual = impl.pack_varlen(prompts, responses, **case.kwargs)
     assert_identical(expected, actual)
+
+
+# --------------------------------------------------------------------------- mutation kills
+
+
+def _outcome(call: Callable[[Any], Any]) -> tuple[str, str]:
+    """(exception type, message) that `call(module)` raises, for reference and impl alike."""
+    outcomes = []
+    for module in (reference, impl):
+        with pytest.raises(Exception) as info:  # noqa: PT011 - compared below, type and text
+            call(module)
+        outcomes.append((type(info.value).__name__, str(info.value)))
+    assert outcomes[0] == outcomes[1]
+    return outcomes[1]
+
+
+def _jagged(values: torch.Tensor, offsets: list[int], lengths: list[int] | None = None):
+    return torch.nested.nested_tensor_from_jagged(
+        values, torch.tensor(offsets), lengths=None if lengths is None else torch.tensor(lengths))
+
+
+def test_invalid_token_inputs_raise_the_reference_errors() -> None:
+    """pack_varlen: every rejected input raises the reference's exception type and message."""
+    empty_floats = _jagged(torch.zeros(0), [0])
+    calls = {
+        "not a sequence": lambda m: m.pack_varlen(5, [[1]]),
+        "a string": lambda m: m.pack_varlen("ab", [[1], [2]]),
+        "bytes responses": lambda m: m.pack_varlen([[1], [2]], b"ab"),
+        "a generator": lambda m: m.pack_varlen((row for row in [[1]]), [[1]]),
+        "a bool token": lambda m: m.pack_varlen([[True]], [[1]]),
+        "a float response": lambda m: m.pack_varlen([[1]], [[1.5]]),
+        "a float response row": lambda m: m.pack_varlen([[1]], [torch.tensor([1.5])]),
+        "a bool tensor row": lambda m: m.pack_varlen([torch.tensor([True])], [[1]]),
+        "a non-sequence response row": lambda m: m.pack_varlen([[1]], [3]),
+        "3-D jagged rows": lambda m: m.pack_varlen(_jagged(torch.ones(2, 3, dtype=torch.long),
+                                                           [0, 2]), [[1]]),
+        "no jagged float rows": lambda m: m.pack_varlen(empty_floats, []),
+        "bad pad_token_id": lambda m: m.pack_varlen([[1]], [[2]], pad_token_id=1.0),
+    }
+    messages = {name: _outcome(call) for name, call in calls.items()}
+    assert messages["not a sequence"] == (
+        "TypeError", "prompts must be a sequence of token sequences, got int")
+    assert messages["a float response row"][1].startswith("responses[0] must hold integer")
+
+
+def test_jagged_float_rows_are_rejected() -> None:
+    """A jagged tensor of floats is a TypeError naming the argument and the dtype."""
+    for rows in (_jagged(torch.tensor([1.0]), [0, 1]), _jagged(torch.tensor([1.0, 2.0]), [0, 1, 2])):
+        with pytest.raises(TypeError, match=r"^prompts(\[0\])? must hold integer token ids, "
+                                            r"got torch.float32$"):
+            impl.pack_varlen(rows, [[1]] * rows.size(0))
+
+
+def test_jagged_float_rows_raise_the_reference_message() -> None:
+    """Same message as the reference for a jagged tensor of floats."""
+    _outcome(lambda m: m.pack_varlen(_jagged(torch.tensor([1.0]), [0, 1]), [[1]]))
+
+
+def test_token_id_beyond_int64_raises_the_reference_error() -> None:
+    """A token id that does not fit int64 raises the reference's exception."""
+    _outcome(lambda m: m.pack_varlen([[2**63]], [[1]]))
+
+
+def test_contiguous_jagged_rows_are_not_unbound(monkeypatch) -> None:
+    """A contiguous 2-D jagged tensor is flattened from its values (no per-row tensors) and packs
+    exactly like the reference, int32 values and int32 offsets included."""
+    prompts = torch.nested.nested_tensor_from_jagged(
+        torch.tensor([1, 2, 3], dtype=torch.int32), torch.tensor([0, 2, 3], dtype=torch.int32))
+    responses = _jagged(torch.tensor([4, 5, 6]), [0, 1, 3])
+    expected = reference.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)
+    monkeypatch.setattr(impl, "_row_tensor", _fail)
+    monkeypatch.setattr(impl, "_rows", _fail)
+    for cpu_row_copies in (True, False):
+        monkeypatch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
+        actual = impl.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)
+        assert_identical(expected, actual)
+
+
+def test_nested_rows_that_are_not_contiguous_jagged_equal_the_reference() -> None:
+    """Strided nested tensors, jagged tensors with holes and mixed-dtype tensor rows go through the
+    per-row path and pack like the reference."""
+    cases = [
+        (torch.nested.nested_tensor([torch.tensor([1, 2]), torch.tensor([3])]), [[1], [2]]),
+        (_jagged(torch.tensor([1, 2, 3, 4]), [0, 2, 4], lengths=[1, 2]), [[1], [2]]),
+        ([torch.tensor([1], dtype=torch.uint32), torch.tensor([2])], [[3], [4]]),
+        ([torch.tensor([2**24 + 1]), []], [[1], []]),
+        ([[np.int64(2**40)]], [[]]),
+    ]
+    for prompts, responses in cases:
+        expected = reference.pack_varlen(prompts, responses, pad_to_multiple=3, pad_token_id=5)
+        for cpu_row_copies in (True, False):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
+                actual = impl.pack_varlen(prompts, responses, pad_to_multiple=3, pad_token_id=5)
+            assert_identical(expected, actual)
+            assert actual.device == expected.device == torch.device("cpu")
+
+
+def test_tensor_rows_fill_the_whole_tail_with_the_pad_token() -> None:
+    """CPU row copies: every position after the last response token is `pad_token_id`."""
+    prompts, responses = [torch.tensor([1])], [torch.tensor([2, 3])]
+    expected = reference.pack_varlen(prompts, responses, pad_to_multiple=8, pad_token_id=123456789)
+    actual = impl.pack_varlen(prompts, responses, pad_to_multiple=8, pad_token_id=123456789)
+    assert_identical(expected, actual)
+
+
+def test_cpu_tensor_rows_use_row_copies(monkeypatch) -> None:
+    """On the CPU the packed row is written by `_copy_rows` (one memcpy per row), not scattered."""
+    calls = []
+    copy_rows = impl._copy_rows
+    monkeypatch.setattr(impl, "_copy_rows", lambda ids, s: calls.append(1) or copy_rows(ids, s))
+    prompts, responses = [torch.tensor([1, 2])], [torch.tensor([3])]
+    assert_identical(reference.pack_varlen(prompts, responses),
+                     impl.pack_varlen(prompts, responses))
+    assert calls == [1]
+
+
+def test_pack_varlen_mixed_list_and_tuple_rows_take_the_fast_path(monkeypatch) -> None:
+    """Rows that are lists and tuples mixed are still plain rows: `_write_lists` packs them."""
+    args = ([[1], (2, 3)], [(4,), [5]])
+    expected = reference.pack_varlen(*args, pad_to_multiple=4)
+    monkeypatch.setattr(impl, "_samples", _fail)
+    actual = impl.pack_varlen(*args, pad_to_multiple=4)
+    assert_identical(expected, actual)
+    assert actual.device == torch.device("cpu") and actual.batch_size == torch.Size([])
+
+
+def test_pack_varlen_honours_a_non_cpu_device() -> None:
+    """device="meta": every output tensor is created there (shapes and dtypes as the reference),
+    for list rows and tensor rows, with and without a tail pad."""
+    for prompts, responses in (([[1, 2], [3]], [[4], []]), ([torch.tensor([1, 2])], [[3]])):
+        for multiple in (1, 4):
+            expected = reference.pack_varlen(prompts, responses, pad_to_multiple=multiple,
+                                             device="meta")
+            actual = impl.pack_varlen(prompts, responses, pad_to_multiple=multiple, device="meta")
+            assert actual.device == torch.device("meta")
+            assert sorted(actual.keys()) == sorted(expected.keys())
+            for key in expected.keys():
+                if expected.is_non_tensor(key):
+                    assert actual[key] == expected[key]
+                    continue
+                assert actual[key].device.type == "meta", key
+                assert (actual[key].shape, actual[key].dtype) == (expected[key].shape,
+                                                                  expected[key].dtype), key
+
+
+def test_cu_seqlens_are_exact_beyond_float32_precision() -> None:
+    """cu_seqlens are computed in integers: a boundary of 2**24 + 1 is kept exactly."""
+    big = 2**24 + 1
+    assert impl._cu_seqlens(torch.tensor([big]), 1, big, 0).tolist() == [0, big]
+    assert impl._cu_seqlens(torch.tensor([big, 0]), 1, big + 1, 1).tolist() == [0, big, big + 1]
+
+
+def test_block_causal_mask_has_the_model_dtype() -> None:
+    """The additive mask is built in the model's dtype (0 allowed, the dtype's minimum blocked)."""
+    for dtype in (torch.float64, torch.bfloat16):
+        mask = impl._block_causal_mask(torch.tensor([0, 1, 0]), dtype)
+        low = torch.finfo(dtype).min
+        assert mask.dtype == dtype and mask.shape == (1, 1, 3, 3)
+        assert mask[0, 0].tolist() == [[0, low, low], [0, 0, low], [low, low, 0]]
+
+
+# --------------------------------------------------------------------------- unpad / repad errors
+
+
+def test_unpad_repad_invalid_inputs_raise_the_reference_errors() -> None:
+    """unpad / repad: each rejected input raises the reference's exception type and message."""
+    values, index = torch.ones(2), torch.tensor([0, 1])
+    calls = [
+        lambda m: m.unpad(torch.ones(1, 1), [[1]]),
+        lambda m: m.unpad(torch.ones(1, 1, device="meta"), torch.ones(1, 1, dtype=torch.long)),
+        lambda m: m.repad(values, [0, 1], 1, 2),
+        lambda m: m.repad(values, torch.tensor([True, False]), 1, 2),
+        lambda m: m.repad(values, index, 1.0, 2),
+        lambda m: m.repad(values, index, 2, 1.0),
+        lambda m: m.repad(torch.tensor(1.0), torch.tensor([0]), 1, 1),
+        lambda m: m.repad(torch.ones(1), torch.tensor([5]), 1, 2),
+        lambda m: m.repad(torch.ones(1), torch.tensor([-1]), 1, 2),
+    ]
+    for call in calls:
+        _outcome(call)
+
+
+def test_repad_reads_uint8_indices_as_positions() -> None:
+    """uint8 indices are flat positions (as in the reference), never a byte mask."""
+    values, indices = torch.tensor([1.0, 2.0]), torch.tensor([1, 0], dtype=torch.uint8)
+    expected = reference.repad(values, indices, 1, 2)
+    assert_identical(expected, impl.repad(values, indices, 1, 2))
+
+
+# --------------------------------------------------------------------------- unpack errors
+
+
+def _packed_by_hand(response_lengths: list[int], predict_index: list[int], width: int):
+    return TensorDict({"input_ids": torch.zeros(width, dtype=torch.int64),
+                       "predict_index": torch.tensor(predict_index, dtype=torch.int64),
+                       "response_lengths": torch.tensor(response_lengths, dtype=torch.int64)},
+                      batch_size=[])
+
+
+def test_unpack_response_logprobs_edge_inputs_equal_the_reference() -> None:
+    """1-D input_ids, an empty batch, and every rejected `packed` raise or return as the
+    reference does."""
+    packed = _packed_by_hand([1, 2], [0, 2, 3], 5)
+    for flat in (torch.tensor([-1.0, -2.0, -3.0]), torch.arange(5.0)):
+        assert_identical(reference.unpack_response_logprobs(flat, packed),
+                         impl.unpack_response_logprobs(flat, packed))
+    empty = _packed_by_hand([], [], 0)
+    expected = reference.unpack_response_logprobs(torch.zeros(0), empty)
+    assert_identical(expected, impl.unpack_response_logprobs(torch.zeros(0), empty))
+    for call in (lambda m: m.unpack_response_logprobs(torch.zeros(3), {"a": 1}),
+                 lambda m: m.unpack_response_logprobs(torch.zeros(3),
+                                                      _packed_by_hand([1, 1], [0], 5))):
+        _outcome(call)
+
+
+# --------------------------------------------------------------------------- response_logprobs
+
+
+def test_response_logprobs_vocab_errors_name_the_row() -> None:
+    """An out-of-vocabulary token is reported in the row that holds it, at a row boundary too."""
+    model = tiny_model("llama", "eager")
+    assert _outcome(lambda m: m.response_logprobs(model, [[1], [2]], [[3], [128]])) == (
+        "ValueError", "responses[1] holds token id 128, outside the model's vocabulary [0, 128)")
+    _outcome(lambda m: m.response_logprobs(model, [[1], [2]], [[-1], [3]]))
+    _outcome(lambda m: m.response_logprobs(model, [[1], [300]], [[3], [4]]))
+
+
+def test_response_logprobs_without_responses_is_float32_under_a_float64_default() -> None:
+    """No response anywhere: zeros (B, 0) in float32, whatever the default dtype."""
+    model = tiny_model("llama", "eager")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        out = impl.response_logprobs(model, [[1], [2]], [[], []])
+        values = impl.unpack_response_logprobs(torch.tensor([-1.0]), impl.pack_varlen([[1]], [[2]]))
+    finally:
+        torch.set_default_dtype(previous)
+    assert out.dtype == torch.float32 and tuple(out.shape) == (2, 0)
+    assert values.dtype == torch.float32 and values.tolist() == [[-1.0]]
+
+
+class _ConfigWithoutAttention(torch.nn.Module):
+    """An nn.Module with a config that names no attention implementation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(8, 2)
+        self.config = types.SimpleNamespace()
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.embed
+
+
+UPGRADE = ("the installed transformers {}: a packed forward would let samples attend to each "
+           "other. Install transformers >= 4.53.1, or pass packing='mask' to build the "
+           "block-diagonal mask explicitly.")
+
+
+def test_feature_check_messages(monkeypatch) -> None:
+    """Each failed feature check raises RuntimeError with its full message, before any forward."""
+    import transformers
+    from transformers import masking_utils
+
+    model = tiny_model("llama", "eager")
+
+    def message(target=model, **kwargs) -> str:
+        with pytest.raises(RuntimeError) as info:
+            impl.response_logprobs(target, [[1]], [[2]], **kwargs)
+        return str(info.value)
+
+    assert message(_ConfigWithoutAttention(), packing="mask") == (
+        "packing='mask' needs attn_implementation 'eager' or 'sdpa'; the model uses None "
+        "(use packing='position_ids')")
+    with monkeypatch.context() as patch:
+        patch.delattr(masking_utils, "ALL_MASK_ATTENTION_FUNCTIONS")
+        assert message() == ("transformers builds no packed-sequence mask for attn_implementation "
+                             "'eager': the samples of a packed row would attend to each other "
+                             "(supported: [])")
+    for probe in ([[0, 1, 2, 3, 2]], [[1, 1, 2, 3, 3]]):  # each breaks exactly one comparison
+        with monkeypatch.context() as patch:
+            patch.setattr(masking_utils, "find_packed_sequence_indices",
+                          lambda position_ids, probe=probe: torch.tensor(probe))
+            assert message() == UPGRADE.format(
+                "does not split a packed row at restarting position_ids")
+    with monkeypatch.context() as patch:
+        patch.delattr(masking_utils, "find_packed_sequence_indices")
+        assert message() == UPGRADE.format("lacks find_packed_sequence_indices")
+    with monkeypatch.context() as patch:
+        patch.delattr(transformers, "masking_utils")
+        patch.setitem(sys.modules, "transformers.masking_utils", None)
+        assert message() == UPGRADE.format("has no transformers.masking_utils")
+
+
+def test_micro_batches_default_budget_and_padding(monkeypatch) -> None:
+    """Default budget: twice the longest sample; an explicit budget is used as given; each
+    micro-batch is padded to `pad_to_multiple` from its own start (samples of 5 tokens)."""
+    rows = []
+    forward = impl._forward_position_ids
+
+    def recording(model, input_ids, position_ids, keep):
+        rows.append(input_ids.shape[1])
+        return forward(model, input_ids, position_ids, keep)
+
+    monkeypatch.setattr(impl, "_forward_position_ids", recording)
+    model = tiny_model("llama", "eager")
+    prompts, responses = [[1, 2, 3], [4, 5, 6], [7, 8]], [[9, 10], [11, 12], [13, 14, 15]]
+    expected = reference.response_logprobs(model, prompts, responses)
+    for budget, sizes in ((None, [12, 6]), (5, [6, 6, 6])):
+        rows.clear()
+        actual = impl.response_logprobs(model, prompts, responses, pad_to_multiple=3,
+                                        max_tokens_per_batch=budget)
+        assert_logprobs_close(expected, actual, expected != 0, torch.float32)
+        assert rows == sizes
+
+
+def test_mask_packing_shares_a_row_between_samples() -> None:
+    """packing="mask" with several samples in one row (restarting positions under the explicit
+    mask) and a sample without response, on the device-generic token scatter."""
+    model = tiny_model("llama", "eager")
+    prompts, responses = [[1, 2, 3], [4, 5], [6, 7, 8]], [[9, 10], [], [11]]
+    expected = reference.response_logprobs(model, prompts, responses)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "_CPU_ROW_COPIES", False)
+        actual = impl.response_logprobs(model, prompts, responses, packing="mask")
+    assert_logprobs_close(expected, actual, expected != 0, torch.float32)
+
+
+def test_more_scored_tokens_than_vocabulary_entries() -> None:
+    """Chunked log-softmax covers every scored token, also when there are more than V of them."""
+    model = tiny_model("llama", "eager")
+    prompts, responses = [[1, 2]], [[(7 * k) % 128 for k in range(140)]]
+    expected = reference.response_logprobs(model, prompts, responses)
+    actual = impl.response_logprobs(model, prompts, responses, chunk_size=64)
+    assert_logprobs_close(expected, actual, expected != 0, torch.float32)
+
+
+def test_all_samples_scored_reuses_the_samples() -> None:
+    """When every sample has a response, no sample is filtered (the same flat tokens are packed)."""
+    samples = impl._samples([[1], [2]], [[3], [4]], torch.device("cpu"))
+    assert impl._with_responses(samples) is samples
+
+
+class _Recorder(torch.nn.Module):
+    """Delegates to a causal LM and records the keyword arguments of every forward."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.config, self.calls = inner, inner.config, []
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.inner.get_input_embeddings()
+
+    def forward(self, **kwargs):
+        self.calls.append(kwargs)
+        return self.inner(**kwargs)
+
+
+def test_packed_forwards_pass_restarting_positions_and_no_cache() -> None:
+    """Each packed forward gets restarting `position_ids` and `use_cache=False`; "position_ids"
+    packing passes `attention_mask=None`, "mask" packing the block-diagonal additive mask."""
+    model = _Recorder(tiny_model("llama", "eager"))
+    prompts, responses = [[1, 2, 3], [4, 5]], [[9, 10], [11]]
+    for packing in ("position_ids", "mask"):
+        model.calls.clear()
+        impl.response_logprobs(model, prompts, responses, packing=packing, pad_to_multiple=4)
+        (call,) = model.calls
+        assert call["position_ids"].tolist() == [[0, 1, 2, 3, 4, 0, 1, 2]]
+        assert call["use_cache"] is False
+        if packing == "position_ids":
+            assert "attention_mask" in call and call["attention_mask"] is None
+        else:
+            assert torch.equal(call["attention_mask"],
+                               impl._block_causal_mask(call["position_ids"][0], torch.float32))
+
+
+def test_pad_token_id_beyond_int64_raises_the_reference_error_on_the_generic_path(monkeypatch) -> None:
+    """pad_token_id beyond int64 on the scatter path raises the reference's exception."""
+    monkeypatch.setattr(impl, "_CPU_ROW_COPIES", False)
+    _outcome(lambda m: m.pack_varlen([torch.tensor([1])], [[2]], pad_to_multiple=4,
+                                     pad_token_id=2**63))
