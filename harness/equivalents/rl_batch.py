@@ -49,7 +49,8 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "performance only: an int64 keep row of -1/0 AND-ed in place into the int32 view "
                "of the values gives the same bits (in-place integer ops cast the other operand); "
                "it only reads twice the bytes"),
-    Equivalent("impl/rl_batch.py", "_two_segment_masks", r"_response_rows\(r_len, max_response, False, one\)",
+    Equivalent("impl/rl_batch.py", "_two_segment_masks",
+               r"_response_rows\(r_len, max_response, False, one\)",
                r"_response_rows\(r_len, max_response, None, one\)",
                "_response_rows tests `if right_aligned:`: None takes the same branch as False"),
 )
