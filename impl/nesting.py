@@ -106,7 +106,7 @@ def _runs_of(mask: torch.Tensor, name: str, *, name_value: bool = True) -> _Runs
     return _Runs(batch, width, rows[0::2], starts, ends - starts)
 
 
-def _check_binary(mask: torch.Tensor, name: str, *, name_value: bool = True) -> None:
+def _check_binary(mask: torch.Tensor, name: str, *, name_value: bool) -> None:
     """Every entry 0 or 1; the error names the first bad row (and its first bad value, as
     nest_by_mask's reference does; extract_response's reference names only the row)."""
     if mask.dtype == torch.bool or mask.numel() == 0:
@@ -134,12 +134,11 @@ def _runs_from_encoding(td, name: str, width: int) -> _Runs:
     offsets = starts_njt.offsets()
     if offsets.numel() != batch + 1 or lengths_njt.offsets().numel() != batch + 1:
         raise ValueError(f"{starts_key!r} must have {batch} rows")
-    if not torch.equal(offsets, lengths_njt.offsets()):
-        differ = (torch.diff(offsets) != torch.diff(lengths_njt.offsets())).nonzero()
-        row = int(differ[0, 0]) if differ.numel() else 0
-        raise ValueError(f"{starts_key!r} and {lengths_key!r} differ in row {row}")
+    counts = torch.diff(offsets)  # runs per row (the offsets themselves may start past 0)
+    differ = (counts != torch.diff(lengths_njt.offsets())).nonzero()
+    if differ.numel():
+        raise ValueError(f"{starts_key!r} and {lengths_key!r} differ in row {int(differ[0, 0])}")
     starts, lengths = _row_values(starts_njt), _row_values(lengths_njt)
-    counts = torch.diff(offsets)
     rows = torch.repeat_interleave(torch.arange(batch, device=offsets.device), counts,
                                    output_size=starts.numel())
     ends = starts + lengths

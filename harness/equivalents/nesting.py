@@ -79,4 +79,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "performance only: starts holds exactly the rows' values (offsets[0] to "
                "offsets[-1]), so starts.numel() == counts.sum(), the size repeat_interleave "
                "computes itself without the hint (with a device sync on CUDA)"),
+    Equivalent("impl/nesting.py", "_attention_runs", r"name_value=False\)", r"name_value=None\)",
+               "_check_binary tests `if not name_value:`: None takes the same branch as False"),
 )
