@@ -115,4 +115,15 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(P, "response_logprobs", r"^chunk_size=1024,$", r"^chunk_size=1025,$",
                "the default chunk size only groups rows of the row-wise log-softmax: the same "
                "values, a different peak memory"),
+    Equivalent("impl/varlen.py", "_flatten_lists", r"^_row_tensor\(row, name, index\)$",
+               r"^_row_tensor\(row, (None, index|name, None)\)$",
+               "only reached when every id is a plain int and one overflows int64: the row "
+               "conversion then raises torch's overflow error, whose message names neither the "
+               "argument nor the row (the reference raises the same)"),
+    Equivalent("impl/varlen.py", "_place_tokens", r"^real = int\(", r"^real = None$",
+               "performance only: input_ids[None:] fills the whole row with the pad id, and "
+               "every real position is then overwritten by its token (row copies or scatter)"),
+    Equivalent("impl/varlen.py", "_place_tokens", r"torch\.empty\(total, dtype=torch\.int64, "
+               r"device=device\)", r"torch\.empty\(total, dtype=torch\.int64, (device=None)?\)",
+               ON_CPU),
 )
