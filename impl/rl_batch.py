@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from impl._cpu import byte_view, plain_rows
 from reference import rl_batch as _spec
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
     Returns None (the general path then raises the reference's error, in the reference's order)
     unless every argument is a list of lists with the right counts and lengths.
     """
-    if device.type != "cpu" or not (_plain_rows(prompts) and _plain_rows(responses)):
+    if device.type != "cpu" or not (plain_rows(prompts) and plain_rows(responses)):
         return None
     batch = len(prompts)
     if batch == 0 or len(responses) != batch:
@@ -145,7 +146,7 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
     r_len = np.fromiter(map(len, responses), dtype=np.int64, count=batch)
     given = {key: rows for key, rows in per_token_args.items() if rows is not None}
     for rows in given.values():
-        if not _plain_rows(rows) or len(rows) != batch or not np.array_equal(
+        if not plain_rows(rows) or len(rows) != batch or not np.array_equal(
                 np.fromiter(map(len, rows), dtype=np.int64, count=batch), r_len):
             return None
     n_len = p_len + r_len
@@ -167,15 +168,9 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
     return written
 
 
-def _plain_rows(rows) -> bool:
-    return isinstance(rows, (list, tuple)) and set(map(type, rows)) <= {list, tuple}
-
-
 def _pack_rows(out: torch.Tensor, code: str, rows, first_elements: np.ndarray) -> None:
     """Pack row k's values (struct format `code`) at element first_elements[k] of `out`."""
-    if out.numel() == 0:  # nothing to write (a zero-size buffer cannot be cast)
-        return
-    buffer, size = memoryview(out.numpy()).cast("B"), out.element_size()
+    buffer, size = byte_view(out), out.element_size()
     for row, first in zip(rows, first_elements.tolist()):
         struct.pack_into(f"{len(row)}{code}", buffer, size * first, *row)
 
@@ -261,7 +256,7 @@ def _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start) -> None:
 
         input_ids row i:   [pad ... pad | prompt_i | response_i]   from element i*T + start_i
     """
-    ids, prompts, responses = map(_bytes, (input_ids, p_flat, r_flat))
+    ids, prompts, responses = map(byte_view, (input_ids, p_flat, r_flat))
     size, width = input_ids.element_size(), input_ids.shape[1]
     first = (start + torch.arange(p_len.numel()) * width) * size
     rows = zip(first.tolist(), (p_len * size).tolist(), (torch.cumsum(p_len, 0) * size).tolist(),
@@ -269,13 +264,6 @@ def _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start) -> None:
     for first, n_p, p_stop, n_r, r_stop in rows:
         ids[first:first + n_p] = prompts[p_stop - n_p:p_stop]
         ids[first + n_p:first + n_p + n_r] = responses[r_stop - n_r:r_stop]
-
-
-def _bytes(tensor: torch.Tensor) -> memoryview:
-    """The bytes of a CPU tensor as a writable memoryview (a zero-size one cannot be cast)."""
-    if tensor.numel() == 0:
-        return memoryview(bytearray())
-    return memoryview(tensor.contiguous().numpy()).cast("B")
 
 
 def _place_values(values: _Values, r_len, r_start, keep) -> torch.Tensor:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from impl._cpu import byte_view
 from reference.sft import (  # the contract's argument checks, shared with the oracle
     _as_list,
     _check_bool,
@@ -312,7 +313,7 @@ def _writable_in_place(batch: Batch, out: torch.Tensor) -> bool:
 
 def _write_ints(batch: Batch, rows: list, starts: list[int], out: torch.Tensor) -> None:
     """Write row k's ints at element starts[k] of the contiguous CPU int64 tensor `out`."""
-    buffer = memoryview(out.numpy()).cast("B")
+    buffer = byte_view(out)
     try:
         for row, start in zip(rows, starts, strict=True):
             struct.pack_into(f"{len(row)}q", buffer, 8 * start, *row)
@@ -361,7 +362,7 @@ def _packed(batch: Batch, rows: list, count: int, code: str, dtype: torch.dtype)
     """The rows written by struct.pack_into, row by row, into one new CPU tensor."""
     out = torch.empty(count, dtype=dtype)
     if count:
-        buffer, offset, size = memoryview(out.numpy()).cast("B"), 0, out.element_size()
+        buffer, offset, size = byte_view(out), 0, out.element_size()
         try:
             for row in rows:
                 struct.pack_into(f"{len(row)}{code}", buffer, offset, *row)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from impl._cpu import byte_view, plain_rows
 from reference.varlen import (  # the contract's argument checks, shared with the oracle
     _check_logprob_options,
     _check_model,
@@ -173,7 +174,7 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     device = samples.prompt_lengths.device
     host_lengths = samples.host_prompt_lengths + samples.host_response_lengths
     real = int(host_lengths.sum())
-    total = -(-real // pad_to_multiple) * pad_to_multiple
+    total = _padded_size(real, pad_to_multiple)
     pad = total - real
     p_len, r_len = samples.prompt_lengths, samples.response_lengths
     lengths = p_len + r_len
@@ -182,7 +183,7 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     # response token k of sample i sits at offsets_i + p_i + (k - its flat start)
     target_index = _ramps(r_len, offsets + p_len - _exclusive_cumsum(r_len), n_responses)
     if input_ids is None:
-        input_ids = _place_tokens(samples, offsets, target_index, total, pad_token_id)
+        input_ids = _place_tokens(samples, offsets, target_index, real, total, pad_token_id)
     with_tail = torch.cat([lengths, lengths.new_full((1,), pad)])  # the pad is its own segment
     out = TensorDict(
         {
@@ -200,6 +201,11 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     )
     out.set_non_tensor("max_seqlen", max(int(host_lengths.max()), pad))
     return out
+
+
+def _padded_size(real: int, pad_to_multiple: int) -> int:
+    """The packed row's length: `real` tokens rounded up to a multiple of `pad_to_multiple`."""
+    return -(-real // pad_to_multiple) * pad_to_multiple
 
 
 def _exclusive_cumsum(lengths: torch.Tensor) -> torch.Tensor:
@@ -228,10 +234,10 @@ def _owners(lengths: torch.Tensor, count: int) -> torch.Tensor:
 
 
 def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.Tensor,
-                  total: int, pad_token_id: int) -> torch.Tensor:
-    """The packed row: each sample's prompt then response from offsets_i on, pad at the tail."""
+                  real: int, total: int, pad_token_id: int) -> torch.Tensor:
+    """The packed row (`real` tokens, then the pad up to `total`): each sample's prompt then
+    response from offsets_i on."""
     device = samples.prompt_tokens.device
-    real = int(samples.host_prompt_lengths.sum() + samples.host_response_lengths.sum())
     input_ids = torch.empty(total, dtype=torch.int64, device=device)
     input_ids[real:] = pad_token_id  # (an id beyond int64 raises here, as in the reference)
     if device.type == "cpu" and _CPU_ROW_COPIES:  # one memcpy per prompt and per response
@@ -249,8 +255,8 @@ _CPU_ROW_COPIES = True  # tests switch it off to run the device-generic scatter 
 
 def _copy_rows(input_ids: torch.Tensor, samples: _Samples) -> None:
     """CPU: byte-level memoryview slice assignments, prompt_0 response_0 prompt_1 ..."""
-    out = _bytes(input_ids)
-    sources = _bytes(samples.prompt_tokens), _bytes(samples.response_tokens)
+    out = byte_view(input_ids)
+    sources = byte_view(samples.prompt_tokens), byte_view(samples.response_tokens)
     lengths = [(samples.host_prompt_lengths * 8).tolist(),
                (samples.host_response_lengths * 8).tolist()]
     at, read = 0, [0, 0]
@@ -260,19 +266,11 @@ def _copy_rows(input_ids: torch.Tensor, samples: _Samples) -> None:
             at, read[part] = at + size, read[part] + size
 
 
-def _bytes(tensor: torch.Tensor) -> memoryview:
-    """The bytes of a contiguous CPU tensor as a writable memoryview (a zero-size one cannot be
-    cast)."""
-    if tensor.numel() == 0:
-        return memoryview(bytearray())
-    return memoryview(tensor.contiguous().numpy()).cast("B")
-
-
 def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, device):
     """CPU fast path for lists of int lists: `struct.pack_into` packs each row straight into the
     packed row (no flattening); returns None (the general path then validates and raises the
     reference's errors) unless every row is a list of plain ints and every sample is scorable."""
-    if device.type != "cpu" or not (_plain_rows(prompts) and _plain_rows(responses)):
+    if device.type != "cpu" or not (plain_rows(prompts) and plain_rows(responses)):
         return None
     if not prompts or len(prompts) != len(responses):
         return None
@@ -285,11 +283,11 @@ def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, de
     if ((p_len == 0) & (r_len > 0)).any():
         return None
     real = int(p_len.sum() + r_len.sum())
-    total = -(-real // pad_to_multiple) * pad_to_multiple
+    total = _padded_size(real, pad_to_multiple)
     input_ids = torch.empty(total, dtype=torch.int64)
     input_ids[real:] = pad_token_id
     if real:
-        buffer, at = memoryview(input_ids.numpy()).cast("B"), 0
+        buffer, at = byte_view(input_ids), 0
         try:
             for prompt, response in zip(prompts, responses):
                 struct.pack_into(f"{len(prompt)}q{len(response)}q", buffer, at, *prompt, *response)
@@ -299,10 +297,6 @@ def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, de
     host = torch.from_numpy(p_len), torch.from_numpy(r_len)
     empty = torch.zeros(0, dtype=torch.int64)
     return _Samples(empty, empty, *host, *host), input_ids
-
-
-def _plain_rows(rows) -> bool:
-    return isinstance(rows, (list, tuple)) and set(map(type, rows)) <= {list, tuple}
 
 
 def _cu_seqlens(lengths: torch.Tensor, nonempty: int, total: int, pad: int) -> torch.Tensor:

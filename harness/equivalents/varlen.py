@@ -120,9 +120,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "only reached when every id is a plain int and one overflows int64: the row "
                "conversion then raises torch's overflow error, whose message names neither the "
                "argument nor the row (the reference raises the same)"),
-    Equivalent("impl/varlen.py", "_place_tokens", r"^real = int\(", r"^real = None$",
-               "performance only: input_ids[None:] fills the whole row with the pad id, and "
-               "every real position is then overwritten by its token (row copies or scatter)"),
     Equivalent("impl/varlen.py", "_place_tokens", r"torch\.empty\(total, dtype=torch\.int64, "
                r"device=device\)", r"torch\.empty\(total, dtype=torch\.int64, (device=None)?\)",
                ON_CPU),
