@@ -3,6 +3,9 @@ tensor that rows are packed (`struct.pack_into`) or copied (memoryview slice ass
 
 from __future__ import annotations
 
+import marshal
+
+import numpy as np
 import torch
 
 
@@ -17,3 +20,40 @@ def byte_view(tensor: torch.Tensor) -> memoryview:
     if tensor.numel() == 0:
         return memoryview(bytearray())
     return memoryview(tensor.contiguous().numpy()).cast("B")
+
+
+_INT_CODE, _ROW_CODES = ord("i"), (ord("["), ord("("))
+
+
+def small_int_rows(rows) -> np.ndarray | None:
+    """Rows (lists / tuples) of plain ints in the int32 range, concatenated (int32), read and
+    type-checked in C by `marshal`; None if any value is anything else (a bool, a float, a
+    numpy or other int-like, an int beyond int32): the caller's general path decides then.
+
+    marshal format 2 (no back-references) writes such a row as 5-byte units, each a type code
+    and a little-endian int32:
+
+        [1, 2]  ->  '[' 2 | 'i' 1 | 'i' 2          a row header, then one unit per int
+
+    Any other value writes another type code (or another size) at its unit's first byte; as
+    the rows' headers sit where their lengths say, one count of 'i' codes checks every value.
+    """
+    try:
+        blob = b"".join([marshal.dumps(row, 2) for row in rows])
+    except ValueError:  # not marshallable at all
+        return None
+    lengths = np.fromiter(map(len, rows), np.int64, count=len(rows))
+    items = int(lengths.sum())
+    if len(blob) != 5 * (len(rows) + items):
+        return None
+    if not rows:
+        return np.zeros(0, dtype=np.int32)
+    codes = np.frombuffer(blob, np.uint8)[::5]
+    headers = np.cumsum(lengths + 1) - lengths - 1
+    if np.count_nonzero(codes == _INT_CODE) != items or not np.isin(codes[headers],
+                                                                     _ROW_CODES).all():
+        return None
+    units = np.ndarray((len(rows) + items,), "<i4", blob, offset=1, strides=(5,))
+    is_item = np.ones(units.shape[0], dtype=bool)
+    is_item[headers] = False
+    return units[is_item]

@@ -23,7 +23,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from impl import kernels
 from impl._cpu import byte_view, plain_rows
+from impl.kernels import rl_batch as rl_batch_kernel
 from reference import rl_batch as _spec
 
 logger = logging.getLogger(__name__)
@@ -83,6 +85,11 @@ def build_rl_batch(
     # start at response column r_start_i (right-aligned in "left", left-aligned in "two_segment")
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
     r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
+    if not written and _kernel_applies(device, per_token, pad_token_id):  # CPU: one pass
+        out = rl_batch_kernel.write_rows(
+            p_flat, p_len, r_flat, r_len, start, r_start, width, max_response, pad_token_id,
+            {key: _kernel_values(key, per_token[key]) for key in _VALUE_KEYS})
+        return _batch(out, batch, max_response, layout, pad_token_id)
     input_ids = written.get("input_ids")
     if input_ids is None:
         input_ids = _place_tokens(p_flat, r_flat, p_len, r_len, start, width, pad_token_id)
@@ -94,7 +101,7 @@ def build_rl_batch(
     right_aligned = layout == "left"  # the response tensors of the left layout
     keep = _response_rows(r_len, max_response, right_aligned,
                           torch.tensor([0, -1], dtype=torch.int32, device=device))
-    for key in ("loss_mask", "rewards", "rollout_logprobs"):
+    for key in _VALUE_KEYS:
         values = per_token[key]
         if key in written:
             out[key] = written[key]
@@ -104,11 +111,32 @@ def build_rl_batch(
             out[key] = _response_rows(r_len, max_response, right_aligned,
                                       torch.tensor([0.0, 1.0], dtype=torch.float32, device=device))
 
+    return _batch(out, batch, max_response, layout, pad_token_id)
+
+
+def _batch(out: dict, batch: int, max_response: int, layout: str, pad_token_id: int):
     td = TensorDict(out, batch_size=[batch], device=None)
     td.set_non_tensor("max_response_length", max_response)
     td.set_non_tensor("layout", layout)
     td.set_non_tensor("pad_token_id", pad_token_id)
     return td
+
+
+_VALUE_KEYS = ("loss_mask", "rewards", "rollout_logprobs")  # the order of the outputs
+
+
+def _kernel_values(key: str, values: _Values | None):
+    """What the kernel writes for `key`: flat values, ones (the default loss mask) or nothing."""
+    if values is None:
+        return "ones" if key == "loss_mask" else None
+    return values.flat
+
+
+def _kernel_applies(device, per_token: dict, pad_token_id: int) -> bool:
+    """The compiled CPU kernel takes flat values only (scalar rewards go the torch way) and a
+    pad id that fits int64 (else torch.full raises the torch path's error)."""
+    return (device.type == "cpu" and kernels.available() and -2**63 <= pad_token_id < 2**63
+            and all(v is None or v.scalars is None for v in per_token.values()))
 
 
 def response_values(values, response_mask) -> list[torch.Tensor]:

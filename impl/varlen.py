@@ -30,7 +30,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from impl._cpu import byte_view, plain_rows
+from impl import kernels
+from impl._cpu import byte_view, plain_rows, small_int_rows
+from impl.kernels import varlen as varlen_kernel
 from reference.varlen import (  # the contract's argument checks, shared with the oracle
     _check_logprob_options,
     _check_model,
@@ -178,23 +180,30 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     pad = total - real
     p_len, r_len = samples.prompt_lengths, samples.response_lengths
     lengths = p_len + r_len
-    offsets = _exclusive_cumsum(lengths)
     n_responses = int(samples.host_response_lengths.sum())
-    # response token k of sample i sits at offsets_i + p_i + (k - its flat start)
-    target_index = _ramps(r_len, offsets + p_len - _exclusive_cumsum(r_len), n_responses)
-    if input_ids is None:
-        input_ids = _place_tokens(samples, offsets, target_index, real, total, pad_token_id)
-    with_tail = torch.cat([lengths, lengths.new_full((1,), pad)])  # the pad is its own segment
+    if device.type == "cpu" and kernels.available() and -2**63 <= pad_token_id < 2**63:
+        input_ids, positions, target_index, predict_index, sample_index = \
+            varlen_kernel.write_samples(samples.prompt_tokens, p_len, samples.response_tokens,
+                                        r_len, total, pad_token_id, input_ids)
+    else:
+        offsets = _exclusive_cumsum(lengths)
+        # response token k of sample i sits at offsets_i + p_i + (k - its flat start)
+        target_index = _ramps(r_len, offsets + p_len - _exclusive_cumsum(r_len), n_responses)
+        if input_ids is None:
+            input_ids = _place_tokens(samples, offsets, target_index, real, total, pad_token_id)
+        with_tail = torch.cat([lengths, lengths.new_full((1,), pad)])  # the pad: own segment
+        positions = _ramps(with_tail, -_exclusive_cumsum(with_tail), total)
+        predict_index, sample_index = target_index - 1, _owners(r_len, n_responses)
     out = TensorDict(
         {
             "input_ids": input_ids.reshape(1, total),
-            "position_ids": _ramps(with_tail, -_exclusive_cumsum(with_tail), total).reshape(1, total),
+            "position_ids": positions.reshape(1, total),
             "cu_seqlens": _cu_seqlens(lengths, int((host_lengths > 0).sum()), total, pad),
             "prompt_lengths": p_len.clone(),
             "response_lengths": r_len.clone(),
-            "predict_index": target_index - 1,
+            "predict_index": predict_index,
             "target_index": target_index,
-            "sample_index": _owners(r_len, n_responses),
+            "sample_index": sample_index,
         },
         batch_size=[],
         device=device,
@@ -267,16 +276,14 @@ def _copy_rows(input_ids: torch.Tensor, samples: _Samples) -> None:
 
 
 def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, device):
-    """CPU fast path for lists of int lists: `struct.pack_into` packs each row straight into the
-    packed row (no flattening); returns None (the general path then validates and raises the
-    reference's errors) unless every row is a list of plain ints and every sample is scorable."""
+    """CPU fast path for lists of int lists: the rows in packed order (prompt_0 response_0
+    prompt_1 ...) are read and type-checked in C by `small_int_rows` (ids within int32), else
+    packed row by row with `struct.pack_into` after a type check; returns None (the general
+    path then validates and raises the reference's errors) unless every row is a list of plain
+    ints and every sample is scorable."""
     if device.type != "cpu" or not (plain_rows(prompts) and plain_rows(responses)):
         return None
     if not prompts or len(prompts) != len(responses):
-        return None
-    kinds = set(map(type, itertools.chain.from_iterable(prompts)))
-    kinds |= set(map(type, itertools.chain.from_iterable(responses)))
-    if not kinds <= {int}:
         return None
     p_len = np.fromiter(map(len, prompts), dtype=np.int64, count=len(prompts))
     r_len = np.fromiter(map(len, responses), dtype=np.int64, count=len(responses))
@@ -284,9 +291,17 @@ def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, de
         return None
     real = int(p_len.sum() + r_len.sum())
     total = _padded_size(real, pad_to_multiple)
+    small = small_int_rows([row for pair in zip(prompts, responses) for row in pair])
+    if small is None:  # ids beyond int32, or values that are not plain ints
+        kinds = set(map(type, itertools.chain.from_iterable(prompts)))
+        kinds |= set(map(type, itertools.chain.from_iterable(responses)))
+        if not kinds <= {int}:
+            return None
     input_ids = torch.empty(total, dtype=torch.int64)
     input_ids[real:] = pad_token_id
-    if real:
+    if small is not None:  # the packed order: prompt_0 response_0 prompt_1 ...
+        input_ids[:real] = torch.from_numpy(small)
+    elif real:
         buffer, at = byte_view(input_ids), 0
         try:
             for prompt, response in zip(prompts, responses):

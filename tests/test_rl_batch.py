@@ -16,7 +16,9 @@ from harness import strategies as hs
 from harness.compare import assert_identical
 from harness.ops.rl_batch import rl_batch_cases
 from harness.registry import Case
+from impl import kernels
 from impl import rl_batch as impl
+from impl.kernels import rl_batch as rl_batch_kernel
 from reference import rl_batch as reference
 
 PER_TOKEN = {"rewards": "rewards", "loss_masks": "loss_mask", "logprobs": "rollout_logprobs"}
@@ -142,18 +144,31 @@ def _to_jagged(case: Case) -> Case:
     return Case((hs.jagged(prompts, torch.int64), hs.jagged(responses, torch.int64)), kwargs)
 
 
-@pytest.mark.parametrize("cpu_row_copies", [True, False], ids=["cpu_row_copies", "generic"])
+@pytest.mark.parametrize("placement", ["kernel", "cpu_row_copies", "generic"])
 @given(case=rl_batch_cases())
-def test_both_token_placements_equal_the_reference(case: Case, cpu_row_copies: bool) -> None:
-    """Jagged inputs: the CPU row copies and the device-generic masked scatter (what CUDA runs,
-    forced here on the CPU) each equal the reference, bit for bit."""
+def test_every_placement_equals_the_reference(case: Case, placement: str) -> None:
+    """Jagged inputs: the compiled CPU kernel, the torch CPU row copies and the device-generic
+    masked scatter (what CUDA runs, forced here on the CPU) each equal the reference, bit for
+    bit. Each run fails if another placement ran instead."""
     expected = reference.build_rl_batch(*case.args, **case.kwargs)
     jagged = _to_jagged(case)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
-        if cpu_row_copies:
-            patch.setattr(impl, "_place_tokens_generic", _no_fallback)
+        patch.setattr(kernels, "ENABLED", placement == "kernel")
+        patch.setattr(impl, "_CPU_ROW_COPIES", placement == "cpu_row_copies")
+        if placement == "kernel":
+            if kernels.numba is None:
+                pytest.skip("numba is not installed: the kernel cannot run")
+            if not _has_scalar_rewards(jagged):  # scalar rewards always take the torch path
+                for name in ("_place_tokens", "_left_masks", "_two_segment_masks"):
+                    patch.setattr(impl, name, _no_fallback)
         else:
-            patch.setattr(impl, "_copy_rows_cpu", _no_fallback)
+            patch.setattr(rl_batch_kernel, "write_rows", _no_fallback)
+            patch.setattr(impl, "_copy_rows_cpu" if placement == "generic"
+                          else "_place_tokens_generic", _no_fallback)
         actual = impl.build_rl_batch(*jagged.args, **jagged.kwargs)
     assert_identical(expected, actual)
+
+
+def _has_scalar_rewards(case: Case) -> bool:
+    rewards = case.kwargs.get("rewards")
+    return isinstance(rewards, list) and any(isinstance(row, (int, float)) for row in rewards)

@@ -37,7 +37,9 @@ from harness.ops.varlen import (
 )
 from harness.registry import Case
 from harness.zoo import varlen as zoo
+from impl import kernels
 from impl import varlen as impl
+from impl.kernels import varlen as varlen_kernel
 from reference import varlen as reference
 
 CPU_SPECS = specs()
@@ -418,18 +420,52 @@ def test_pack_varlen_list_fast_path_declines_what_it_cannot_write() -> None:
     assert samples.host_prompt_lengths.tolist() == [2]
 
 
-@pytest.mark.parametrize("cpu_row_copies", [True, False], ids=["cpu_row_copies", "generic"])
+PLACEMENTS = ("kernel", "cpu_row_copies", "generic")
+
+
+def _place_with(patch: pytest.MonkeyPatch, placement: str) -> None:
+    """Run pack_varlen's compiled CPU kernel, its torch CPU row copies, or the device-generic
+    scatter (what CUDA runs); a path other than the chosen one fails."""
+    if placement == "kernel" and kernels.numba is None:
+        pytest.skip("numba is not installed: the kernel cannot run")
+    patch.setattr(kernels, "ENABLED", placement == "kernel")
+    patch.setattr(impl, "_CPU_ROW_COPIES", placement == "cpu_row_copies")
+    if placement == "kernel":
+        patch.setattr(impl, "_place_tokens", _fail)
+        patch.setattr(impl, "_ramps", _fail)
+    else:
+        patch.setattr(varlen_kernel, "write_samples", _fail)
+        if placement == "generic":
+            patch.setattr(impl, "_copy_rows", _fail)
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
 @given(case=pack_cases())
-def test_pack_varlen_token_placements_equal_the_reference(case: Case, cpu_row_copies: bool) -> None:
-    """Jagged inputs: the CPU memcpy rows and the device-generic scatter (what CUDA runs, forced
-    here on the CPU) each equal the reference."""
+def test_pack_varlen_placements_equal_the_reference(case: Case, placement: str) -> None:
+    """Jagged inputs: each placement equals the reference."""
     expected = reference.pack_varlen(*case.args, **case.kwargs)
     prompts, responses = (hs.jagged(rows, torch.int64) for rows in case.args)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
-        if not cpu_row_copies:
-            patch.setattr(impl, "_copy_rows", _fail)
+        _place_with(patch, placement)
         actual = impl.pack_varlen(prompts, responses, **case.kwargs)
+    assert_identical(expected, actual)
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+@given(case=pack_cases())
+def test_pack_varlen_lists_equal_the_reference_with_and_without_the_kernel(case: Case,
+                                                                            kernel: bool) -> None:
+    """Lists: tokens packed in place, the other outputs by the kernel or by torch."""
+    expected = reference.pack_varlen(*case.args, **case.kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        if kernel and kernels.numba is None:
+            pytest.skip("numba is not installed: the kernel cannot run")
+        patch.setattr(kernels, "ENABLED", kernel)
+        if kernel:
+            patch.setattr(impl, "_ramps", _fail)
+        else:
+            patch.setattr(varlen_kernel, "write_samples", _fail)
+        actual = impl.pack_varlen(*case.args, **case.kwargs)
     assert_identical(expected, actual)
 
 
@@ -503,9 +539,10 @@ def test_contiguous_jagged_rows_are_not_unbound(monkeypatch) -> None:
     expected = reference.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)
     monkeypatch.setattr(impl, "_row_tensor", _fail)
     monkeypatch.setattr(impl, "_rows", _fail)
-    for cpu_row_copies in (True, False):
-        monkeypatch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
-        actual = impl.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)
+    for placement in PLACEMENTS:
+        with pytest.MonkeyPatch.context() as patch:
+            _place_with(patch, placement)
+            actual = impl.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)
         assert_identical(expected, actual)
 
 
@@ -521,9 +558,9 @@ def test_nested_rows_that_are_not_contiguous_jagged_equal_the_reference() -> Non
     ]
     for prompts, responses in cases:
         expected = reference.pack_varlen(prompts, responses, pad_to_multiple=3, pad_token_id=5)
-        for cpu_row_copies in (True, False):
+        for placement in ("kernel", "cpu_row_copies"):  # per-row path: no generic scatter
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(impl, "_CPU_ROW_COPIES", cpu_row_copies)
+                patch.setattr(kernels, "ENABLED", placement == "kernel")
                 actual = impl.pack_varlen(prompts, responses, pad_to_multiple=3, pad_token_id=5)
             assert_identical(expected, actual)
             assert actual.device == expected.device == torch.device("cpu")
@@ -538,7 +575,9 @@ def test_tensor_rows_fill_the_whole_tail_with_the_pad_token() -> None:
 
 
 def test_cpu_tensor_rows_use_row_copies(monkeypatch) -> None:
-    """On the CPU the packed row is written by `_copy_rows` (one memcpy per row), not scattered."""
+    """On the CPU without the kernel, the packed row is written by `_copy_rows` (one memcpy per
+    row), not scattered."""
+    monkeypatch.setattr(kernels, "ENABLED", False)
     calls = []
     copy_rows = impl._copy_rows
     monkeypatch.setattr(impl, "_copy_rows", lambda ids, s: calls.append(1) or copy_rows(ids, s))
@@ -754,6 +793,7 @@ def test_mask_packing_shares_a_row_between_samples() -> None:
     prompts, responses = [[1, 2, 3], [4, 5], [6, 7, 8]], [[9, 10], [], [11]]
     expected = reference.response_logprobs(model, prompts, responses)
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "ENABLED", False)
         patch.setattr(impl, "_CPU_ROW_COPIES", False)
         actual = impl.response_logprobs(model, prompts, responses, packing="mask")
     assert_logprobs_close(expected, actual, expected != 0, torch.float32)
@@ -809,6 +849,7 @@ def test_packed_forwards_pass_restarting_positions_and_no_cache() -> None:
 
 def test_pad_token_id_beyond_int64_raises_the_reference_error_on_the_generic_path(monkeypatch) -> None:
     """pad_token_id beyond int64 on the scatter path raises the reference's exception."""
+    monkeypatch.setattr(kernels, "ENABLED", False)
     monkeypatch.setattr(impl, "_CPU_ROW_COPIES", False)
     _outcome(lambda m: m.pack_varlen([torch.tensor([1])], [[2]], pad_to_multiple=4,
                                      pad_token_id=2**63))

@@ -149,12 +149,14 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                   checks: list[str] | None = None,
                   max_examples: int | None = None,
                   report_multiple_bugs: bool = True,
-                  replay_database: bool = True) -> AdapterReport:
+                  replay_database: bool = True,
+                  derandomize: bool = False) -> AdapterReport:
     """Run the record's checks (or the named ones) on the adapter; never raises on divergence.
 
     Hypothesis runs under the loaded profile (`max_examples` overrides its example count).
     `replay_database=False` starts from fresh examples instead of replaying the failures saved
-    in Hypothesis' example database (what a test of the shrunk example needs)."""
+    in Hypothesis' example database (what a test of the shrunk example needs); `derandomize`
+    makes the search the same on every run (a test that asserts what it finds needs that)."""
     candidate = candidate if candidate is not None else adapter.candidate()
     tally = KnownTally()
     info = adapted_record(adapter, candidate, tally)
@@ -169,7 +171,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     quiet = settings(suppress_health_check=[*settings().suppress_health_check,
                                             HealthCheck.filter_too_much, HealthCheck.too_slow],
                      max_examples=max_examples or settings().max_examples,
-                     report_multiple_bugs=report_multiple_bugs,
+                     report_multiple_bugs=report_multiple_bugs, derandomize=derandomize,
                      **({} if replay_database else {"database": None}))
     for check in wanted:
         outcome = CheckOutcome(adapter.name, adapter.record, check, "pass")

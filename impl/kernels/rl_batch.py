@@ -1,0 +1,91 @@
+"""`build_rl_batch`'s outputs from flat tokens and values, written in one pass per row.
+
+    row i of input_ids / attention_mask / position_ids (width T):
+        [pad ... pad | prompt_i  response_i | pad ... pad]
+         0 ...     0 | 1 ...             1  | 0 ...     0
+         0 ...     0 | 0 1 ...       n_i-1  | n_i-1 ... n_i-1   (max(n_i - 1, 0))
+                     ^ start_i               ^ start_i + n_i (== T in the left layout)
+    row i of response_mask / loss_mask / rewards / rollout_logprobs (width R):
+        [0 ... 0 | r_i values (1, or the row's flat values) | 0 ... 0]
+                 ^ r_start_i
+
+Float values are copied as their int32 bit patterns (NaN payloads and -0.0 kept).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from impl import kernels
+
+COPY, ONES = 1, 2  # value modes (0: the output is not built)
+_ONE_BITS = int(np.float32(1.0).view(np.int32))
+
+if kernels.numba is not None:
+    from numba import njit, prange
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _write_rows(p_flat, p_off, r_flat, r_off, start, r_start, pad, ids, attention,
+                    positions, response_mask, flats, modes, values, counting):
+        for i in prange(ids.shape[0]):
+            p0, r0 = p_off[i], r_off[i]
+            p, r = p_off[i + 1] - p0, r_off[i + 1] - r0
+            s, n, a = start[i], p + r, r_start[i]
+            e = s + n
+            ids_row, attention_row, positions_row = ids[i], attention[i], positions[i]
+            ids_row[:s] = pad
+            ids_row[s:s + p] = p_flat[p0:p0 + p]
+            ids_row[s + p:e] = r_flat[r0:r0 + r]
+            ids_row[e:] = pad
+            attention_row[:s] = 0
+            attention_row[s:e] = 1
+            attention_row[e:] = 0
+            positions_row[:s] = 0
+            positions_row[s:e] = counting[:n]
+            positions_row[e:] = max(n - 1, 0)
+            mask_row = response_mask[i]
+            mask_row[:a] = 0
+            mask_row[a:a + r] = 1
+            mask_row[a + r:] = 0
+            for k in range(modes.shape[0]):
+                if modes[k] == 0:
+                    continue
+                row = values[k][i]
+                row[:a] = 0
+                if modes[k] == COPY:
+                    row[a:a + r] = flats[k][r0:r0 + r]
+                else:
+                    row[a:a + r] = _ONE_BITS
+                row[a + r:] = 0
+
+
+def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_response: int,
+               pad_token_id: int, values: dict) -> dict[str, torch.Tensor]:
+    """All outputs (CPU tensors). `values`: name -> flat float32 values, "ones" (a 1.0 on each
+    response column: the default loss mask) or None (not built)."""
+    batch = p_len.numel()
+    offsets = [torch.cat([p_len.new_zeros(1), torch.cumsum(lengths, 0)]).numpy()
+               for lengths in (p_len, r_len)]
+    out = {name: torch.empty((batch, width), dtype=torch.int64)
+           for name in ("input_ids", "attention_mask", "position_ids")}
+    out["response_mask"] = torch.empty((batch, max_response), dtype=torch.int64)
+    modes = np.zeros(len(values), dtype=np.int64)
+    flats, dense = [], []
+    for k, (name, flat) in enumerate(values.items()):
+        if flat is None:
+            flats.append(np.zeros(0, dtype=np.int32))
+            dense.append(np.zeros((0, 0), dtype=np.int32))
+            continue
+        out[name] = torch.empty((batch, max_response), dtype=torch.float32)
+        modes[k] = ONES if isinstance(flat, str) else COPY
+        flats.append(np.zeros(0, dtype=np.int32) if modes[k] == ONES
+                     else flat.contiguous().numpy().view(np.int32))
+        dense.append(out[name].numpy().view(np.int32))
+    kernels.use_threads()
+    _write_rows(p_flat.contiguous().numpy(), offsets[0], r_flat.contiguous().numpy(), offsets[1],
+                start.numpy(), r_start.numpy(), pad_token_id, out["input_ids"].numpy(),
+                out["attention_mask"].numpy(), out["position_ids"].numpy(),
+                out["response_mask"].numpy(), tuple(flats), modes, tuple(dense),
+                np.arange(width, dtype=np.int64))
+    return out
