@@ -31,7 +31,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from impl import kernels
 from impl._cpu import byte_view
+from impl.kernels import sft as sft_kernel
 from reference.sft import (  # the contract's argument checks, shared with the oracle
     _as_list,
     _check_bool,
@@ -123,8 +125,11 @@ def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]
 
     Same bins as the reference's O(n * bins) scan, exactly.
     """
-    lengths = _check_lengths(lengths, capacity, min_bins, bin_multiple)
-    bins = _first_fit_decreasing(lengths, capacity)
+    lengths = _valid_lengths(lengths, capacity, min_bins, bin_multiple)
+    if kernels.available() and lengths and capacity < 2**62:
+        bins = sft_kernel.first_fit_decreasing(lengths, capacity)
+    else:
+        bins = _first_fit_decreasing(lengths, capacity)
     target = -(-max(len(bins), min_bins) // bin_multiple) * bin_multiple
     if target == len(bins):
         return bins
@@ -138,6 +143,18 @@ def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]
             cursor += 1
         bins.append([bins[donors[cursor]].pop()])
     return bins
+
+
+def _valid_lengths(lengths, capacity, min_bins, bin_multiple) -> list[int]:
+    """The reference's `_check_lengths`, with a C-speed pass for a list of plain ints in range
+    (anything else goes through the reference's checks, which raise its errors)."""
+    for value, name in ((capacity, "capacity"), (min_bins, "min_bins"),
+                        (bin_multiple, "bin_multiple")):
+        _check_size(value, name)
+    if (type(lengths) is list and lengths and set(map(type, lengths)) == {int}
+            and min(lengths) >= 1 and max(lengths) <= capacity):
+        return list(lengths)
+    return _check_lengths(lengths, capacity, min_bins, bin_multiple)
 
 
 def pack_sft(
@@ -171,6 +188,43 @@ def pack_sft(
     plan = _Plan(batch, rows, align_size(tp_size, cp_size, fp8=fp8), device)
     n_rows, width = len(rows), plan.width
 
+    if _kernel_applies(batch, device, pad_token_id):  # CPU tensors: one pass per row
+        input_ids, attention, positions, loss_mask = sft_kernel.write_rows(
+            batch.input_ids, batch.loss_mask, batch.lengths, batch.num_actions, plan.order,
+            plan.offset, plan.row_offsets, plan.targets, n_rows, width, pad_token_id)
+    else:
+        input_ids, attention, positions, loss_mask = _packed_rows(batch, plan, n_rows,
+                                                                  pad_token_id)
+    td = TensorDict(
+        {
+            "input_ids": input_ids.view(n_rows, width),
+            "attention_mask": attention.view(n_rows, width),
+            "position_ids": positions.view(n_rows, width),
+            "loss_mask": loss_mask.view(n_rows, width - 1),
+            "sub_seq_lengths": torch.nested.nested_tensor_from_jagged(
+                plan.lengths.clone(), offsets=plan.row_offsets),
+        },
+        batch_size=[n_rows],
+    )
+    td.set_non_tensor("cu_seqlens_padded", plan.cu_seqlens_padded)
+    td.set_non_tensor("response_length", width - 1)
+    return td
+
+
+def _kernel_applies(batch: Batch, device: torch.device, pad_token_id: int) -> bool:
+    """The compiled CPU kernel takes int64 ids and float32 loss masks, all CPU tensors."""
+    int64, float32 = torch.int64, torch.float32
+    return (device.type == "cpu" and kernels.available() and -2**63 <= pad_token_id < 2**63
+            and batch.has_tensors  # (then every tensor is on one device: check it once)
+            and type(batch.input_ids[0]) is torch.Tensor and batch.input_ids[0].device == device
+            and all(type(t) is torch.Tensor and t.dtype == int64 for t in batch.input_ids)
+            and all(type(t) is torch.Tensor and t.dtype == float32 for t in batch.loss_mask))
+
+
+def _packed_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
+    """The torch composition (any device): flat (rows * W) input_ids, attention, positions and
+    (rows * (W - 1)) loss_mask."""
+    width, device = plan.width, plan.start.device
     # no per-token index tensors: the attention mask comes from one cumsum over the frame and
     # places the tokens (masked_scatter); fresh memory costs more here than the extra pass
     attention = _segments_mask(plan.start, plan.lengths, n_rows * width)
@@ -189,21 +243,7 @@ def pack_sft(
     loss_mask = torch.zeros(n_rows * (width - 1), dtype=torch.float32, device=device)
     loss_mask.scatter_(0, _ranges(loss_start, plan.targets, plan.n_targets), loss_values)
     loss_mask.mul_(_scale(loss_values, total))
-
-    td = TensorDict(
-        {
-            "input_ids": input_ids.view(n_rows, width),
-            "attention_mask": attention.view(n_rows, width),
-            "position_ids": positions.view(n_rows, width),
-            "loss_mask": loss_mask.view(n_rows, width - 1),
-            "sub_seq_lengths": torch.nested.nested_tensor_from_jagged(
-                plan.lengths.clone(), offsets=plan.row_offsets),
-        },
-        batch_size=[n_rows],
-    )
-    td.set_non_tensor("cu_seqlens_padded", plan.cu_seqlens_padded)
-    td.set_non_tensor("response_length", width - 1)
-    return td
+    return input_ids, attention, positions, loss_mask
 
 
 # -- packing plan (per-example metadata, O(N) host work) ----------------------------------------

@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 
 from harness.compare import assert_identical
 from harness.ops import sft as records
+from harness.ops.sft import _tensor_example, pack_cases
+from harness.registry import Case
+from impl import kernels
 from impl import sft as impl
+from impl.kernels import sft as sft_kernel
 from reference import sft as reference
 
 
@@ -138,19 +142,62 @@ def test_list_fallbacks_match_reference(what, examples) -> None:
         assert_identical(reference.pack_sft(examples, **kwargs), impl.pack_sft(examples, **kwargs))
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "python"])
 @settings(max_examples=60, deadline=None, database=None, derandomize=True)
 @given(lengths=st.lists(st.integers(1, 64), min_size=1, max_size=300),
        extra=st.integers(0, 200), min_bins=st.integers(1, 16), multiple=st.integers(1, 8))
-def test_ffd_segment_tree_at_scale(lengths, extra, min_bins, multiple) -> None:
-    """The O(n log n) first fit gives the reference's bins on hundreds of items."""
+def test_ffd_segment_tree_at_scale(lengths, extra, min_bins, multiple, kernel: bool) -> None:
+    """The O(n log n) first fit, compiled or in Python, gives the reference's bins on hundreds
+    of items (the other one is made to fail if called)."""
     capacity = max(lengths) + extra
     kwargs = {"min_bins": min_bins, "bin_multiple": multiple}
-    try:
-        expected = reference.ffd_bins(lengths, capacity, **kwargs)
-    except ValueError as err:
-        assert str(_raised(impl.ffd_bins, lengths, capacity, **kwargs)) == str(err)
-        return
-    assert impl.ffd_bins(lengths, capacity, **kwargs) == expected
+    with pytest.MonkeyPatch.context() as patch:
+        _use_kernel(patch, kernel, python_path="_first_fit_decreasing",
+                    kernel_path="first_fit_decreasing")
+        try:
+            expected = reference.ffd_bins(lengths, capacity, **kwargs)
+        except ValueError as err:
+            assert str(_raised(impl.ffd_bins, lengths, capacity, **kwargs)) == str(err)
+            return
+        assert impl.ffd_bins(lengths, capacity, **kwargs) == expected
+
+
+def _use_kernel(patch: pytest.MonkeyPatch, kernel: bool, python_path: str,
+                kernel_path: str) -> None:
+    """Run the compiled kernel (impl.kernels.sft.<kernel_path>) or the torch / Python path
+    (impl.sft.<python_path>); the one not chosen fails if called."""
+    if kernel and kernels.numba is None:
+        pytest.skip("numba is not installed: the kernel cannot run")
+    patch.setattr(kernels, "ENABLED", kernel)
+    if kernel:
+        patch.setattr(impl, python_path, _no_fallback)
+    else:
+        patch.setattr(sft_kernel, kernel_path, _no_fallback)
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+@given(case=pack_cases())
+def test_pack_sft_kernel_and_torch_rows_equal_the_reference(case: Case, kernel: bool) -> None:
+    """Tensor examples (int64 ids, float32 loss masks): the compiled CPU kernel and the torch
+    composition each give the reference's packed rows, bit for bit."""
+    expected = reference.pack_sft(*case.args, **case.kwargs)
+    examples = [_tensor_example(ex, loss_dtype=torch.float32) for ex in case.args[0]]
+    with pytest.MonkeyPatch.context() as patch:
+        _use_kernel(patch, kernel, python_path="_packed_rows", kernel_path="write_rows")
+        actual = impl.pack_sft(examples, **case.kwargs)
+    assert_identical(expected, actual)
+
+
+def test_pack_sft_kernel_sums_non_integral_loss_values_exactly() -> None:
+    """Weights whose float64 running sum rounds (and a NaN) normalise as the reference's fsum."""
+    weights = [[0.1] * 7 + [1e8, -1e8, 0.3], [float("nan"), 0.5]]
+    for masks in (weights[:1], weights):
+        examples = [_ex(list(range(1, len(m) + 2)), len(m), m) for m in masks]
+        expected = reference.pack_sft(examples, pad_token_id=0, capacity=64)
+        tensors = [_tensor_example(ex, loss_dtype=torch.float32) for ex in examples]
+        with pytest.MonkeyPatch.context() as patch:
+            _use_kernel(patch, True, python_path="_packed_rows", kernel_path="write_rows")
+            assert_identical(expected, impl.pack_sft(tensors, pad_token_id=0, capacity=64))
 
 
 def _realistic(seed: int, n: int = 48, max_len: int = 400) -> list[dict]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
@@ -39,6 +39,7 @@ from harness.registry import Case
 from harness.zoo import varlen as zoo
 from impl import kernels
 from impl import varlen as impl
+from impl._cpu import small_int_rows
 from impl.kernels import varlen as varlen_kernel
 from reference import varlen as reference
 
@@ -853,3 +854,30 @@ def test_pad_token_id_beyond_int64_raises_the_reference_error_on_the_generic_pat
     monkeypatch.setattr(impl, "_CPU_ROW_COPIES", False)
     _outcome(lambda m: m.pack_varlen([torch.tensor([1])], [[2]], pad_to_multiple=4,
                                      pad_token_id=2**63))
+
+
+_ANY_VALUE = st.one_of(
+    st.integers(-2**31, 2**31 - 1), st.integers(-2**31, 2**31 - 1), st.integers(),
+    st.booleans(), st.floats(), st.builds(np.int64, st.integers(-5, 5)),
+    st.lists(st.integers(0, 3), max_size=2), st.none(), st.text(max_size=2))
+
+
+@given(rows=st.lists(st.one_of(st.lists(_ANY_VALUE, max_size=6),
+                               st.lists(st.integers(-2**31, 2**31 - 1), max_size=6),
+                               st.lists(st.integers(-2**31, 2**31 - 1), max_size=6).map(tuple)),
+                     max_size=5))
+@example(rows=[[[]]])  # 5 bytes like an int unit: a nested empty list ('[' + count 0)
+@example(rows=[[1, "abc"], [2]])  # 5 bytes too: a 3-character string ('z' + length + 3)
+@example(rows=[[2**31], [True, 1.5]])
+def test_small_int_rows_reads_exactly_the_plain_int32_rows(rows: list) -> None:
+    """`small_int_rows` (the marshal reader of pack_varlen's list path) gives the concatenated
+    values when every value is a plain int within int32, and None for anything else (a bool, a
+    float, a numpy int, a bigger int, a nested list...): never a wrong value."""
+    values = [v for row in rows for v in row]
+    plain = all(type(v) is int and -2**31 <= v < 2**31 for v in values)
+    actual = small_int_rows(rows)
+    if not plain:
+        assert actual is None
+    else:
+        assert actual is not None and actual.dtype == np.int32
+        assert actual.tolist() == values

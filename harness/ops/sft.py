@@ -358,10 +358,10 @@ def bad_align_cases(draw) -> BadCase:
 # --------------------------------------------------------------------------- input forms
 
 
-def _tensor_example(ex: dict, device: str = "cpu") -> dict:
+def _tensor_example(ex: dict, device: str = "cpu", loss_dtype=torch.float64) -> dict:
     out = dict(ex)
     out["input_ids"] = torch.tensor(ex["input_ids"], dtype=torch.int64, device=device)
-    out["loss_mask"] = torch.tensor([float(v) for v in ex["loss_mask"]], dtype=torch.float64,
+    out["loss_mask"] = torch.tensor([float(v) for v in ex["loss_mask"]], dtype=loss_dtype,
                                     device=device)
     if "attention_mask" in ex:
         out["attention_mask"] = torch.tensor(ex["attention_mask"], dtype=torch.int64,
@@ -372,6 +372,12 @@ def _tensor_example(ex: dict, device: str = "cpu") -> dict:
 def _to_tensors(case: Case) -> Case:
     """Every field a 1-D tensor (loss masks in float64: rounded to float32 by the op)."""
     return Case(([_tensor_example(ex) for ex in case.args[0]],), case.kwargs, case.label)
+
+
+def _to_float32_tensors(case: Case) -> Case:
+    """Every field a 1-D tensor, loss masks in float32 (what the CPU kernel of pack_sft takes)."""
+    return Case(([_tensor_example(ex, loss_dtype=torch.float32) for ex in case.args[0]],),
+                case.kwargs, case.label)
 
 
 def _to_mixed(case: Case) -> Case:
@@ -392,7 +398,8 @@ def _on_device(case: Case, device: str) -> Case:
     return Case((examples,), {**case.kwargs, "device": device}, case.label)
 
 
-FORMS = {"lists": lambda c: c, "tensors": _to_tensors, "mixed": _to_mixed}
+FORMS = {"lists": lambda c: c, "tensors": _to_tensors, "float32 tensors": _to_float32_tensors,
+         "mixed": _to_mixed}
 
 # --------------------------------------------------------------------------- helpers
 
