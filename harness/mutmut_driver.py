@@ -115,15 +115,18 @@ class Report:
 
 
 def op_files(ops: Sequence[str] | None, root: Path = REPO) -> list[str]:
-    """`impl/<op>.py` for each op (default: every module of `impl/`)."""
+    """`impl/<op>.py` for each op, and `impl/kernels/<op>.py` where the op has compiled kernels
+    (their Python wrappers are mutated; mutmut skips the decorated `@njit` functions); default:
+    every module of `impl/` and `impl/kernels/`."""
     if ops:
         paths = [f"{IMPL}/{op.split('.')[0]}.py" for op in ops]
         missing = [p for p in paths if not (root / p).is_file()]
         if missing:
             raise SystemExit(f"no such file: {', '.join(missing)}")
-        return list(dict.fromkeys(paths))
-    return sorted(str(p.relative_to(root)) for p in (root / IMPL).glob("*.py")
-                  if p.name != "__init__.py")
+        kernels = [f"{IMPL}/kernels/{op.split('.')[0]}.py" for op in ops]
+        return list(dict.fromkeys(paths + [p for p in kernels if (root / p).is_file()]))
+    return sorted(str(p.relative_to(root)) for pattern in ("*.py", "kernels/*.py")
+                  for p in (root / IMPL).glob(pattern) if p.name != "__init__.py")
 
 
 def mangled(function: str, cls: str | None = None) -> str:

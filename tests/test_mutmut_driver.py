@@ -87,7 +87,10 @@ def test_changed_functions_since_a_revision(tmp_path: Path) -> None:
 def test_op_files_default_to_every_impl_module_and_reject_unknown_ops() -> None:
     every = driver.op_files(None)
     assert "impl/rl_batch.py" in every and "impl/__init__.py" not in every
-    assert driver.op_files(["rl_batch", "rl_batch.build_rl_batch"]) == ["impl/rl_batch.py"]
+    assert "impl/kernels/rl_batch.py" in every and "impl/kernels/__init__.py" not in every
+    assert driver.op_files(["rl_batch", "rl_batch.build_rl_batch"]) == [
+        "impl/rl_batch.py", "impl/kernels/rl_batch.py"]
+    assert driver.op_files(["balance"]) == ["impl/balance.py"]  # no kernels
     with pytest.raises(SystemExit, match="impl/no_such_op.py"):
         driver.op_files(["no_such_op"])
 
