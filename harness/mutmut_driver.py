@@ -13,7 +13,8 @@ mutmut 3 reads its configuration only from `[tool.mutmut]` in `./pyproject.toml`
 next to the code that drives it and leaves the working tree untouched.
 
 What is mutated: only `impl/` (never `reference/` or `harness/`, which are copied unmutated so
-the tests can import them), restricted by `only_mutate` to `impl/<op>.py` for each `--op`.
+the tests can import them), restricted by `only_mutate` to `impl/<op>.py` (and
+`impl/kernels/<op>.py`) for each `--op`.
 What kills a mutant: the registry checks of the op (`tests/test_registry.py`) and the extra
 killers in `tests/test_mutation_kills.py`, selected with `-k <op>`, under the `mutation`
 Hypothesis profile (derandomized, 25 examples, no shrinking). mutmut runs, for each mutant, only

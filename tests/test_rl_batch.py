@@ -172,3 +172,45 @@ def test_every_placement_equals_the_reference(case: Case, placement: str) -> Non
 def _has_scalar_rewards(case: Case) -> bool:
     rewards = case.kwargs.get("rewards")
     return isinstance(rewards, list) and any(isinstance(row, (int, float)) for row in rewards)
+
+
+def _build_rows(rows: tuple) -> list:
+    prompts, responses = (hs.jagged(r, torch.int64) for r in rows)
+    return impl.build_rl_batch(prompts, responses, pad_token_id=0)["input_ids"].tolist()
+
+
+def _build_in_child(rows: tuple, out) -> None:
+    out.put(_build_rows(rows))
+
+
+def test_kernels_run_again_in_a_forked_child() -> None:
+    """A process that ran a kernel and then forks (DataLoader workers, Ray, mutmut) can run one
+    in the child: GNU OpenMP would abort it ("fork() called from a process already using GNU
+    OpenMP"), Numba's own workqueue layer does not."""
+    import multiprocessing
+
+    if kernels.numba is None or "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs numba and fork()")
+    rows = ([[1, 2], [3]], [[4], [5, 6]])
+    assert _build_rows(rows) == [[1, 2, 4], [3, 5, 6]]  # the kernel runs here first
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_build_in_child, args=(rows, out))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert out.get(timeout=10) == [[1, 2, 4], [3, 5, 6]]
+
+
+def test_an_unloadable_threading_layer_falls_back_to_torch(monkeypatch) -> None:
+    """If Numba's threading layer cannot start, the ops take their torch paths."""
+    def no_layer() -> None:
+        raise ValueError("No threading layer could be loaded.")
+
+    monkeypatch.setattr(kernels, "_launchable", None)
+    monkeypatch.setattr(kernels, "use_threads", no_layer)
+    monkeypatch.setattr(rl_batch_kernel, "write_rows", _no_fallback)
+    assert not kernels.available()
+    jagged = _to_jagged(Case(([[1, 2], [3]], [[4], [5, 6]]), {"pad_token_id": 0}))
+    assert_identical(reference.build_rl_batch([[1, 2], [3]], [[4], [5, 6]], pad_token_id=0),
+                     impl.build_rl_batch(*jagged.args, **jagged.kwargs))

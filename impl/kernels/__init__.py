@@ -5,11 +5,13 @@ makes several passes (fill, then scatter, then mask). Each one has a torch fallb
 module, which runs on CUDA, on the CPU when Numba is not installed, and in the tests that pin the
 fallback; both are tested against the reference.
 
-`available()` says whether Numba can be used; `threads()` sizes Numba's pool like torch's
+`available()` says whether Numba can be used; `use_threads()` sizes Numba's pool like torch's
 intra-op pool, so `torch.set_num_threads` (one per pytest-xdist worker) governs both.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -17,12 +19,32 @@ try:
     import numba
 except ImportError:  # the fallbacks run instead
     numba = None
+else:
+    if not os.environ.get("NUMBA_THREADING_LAYER"):
+        # Numba's own thread pool: unlike GNU OpenMP (its default here), it survives fork(), so a
+        # process that forks after a kernel ran (DataLoader workers, Ray, mutmut) can run one
+        # again. It is not thread-safe, so the kernels keep the GIL while they run.
+        numba.config.THREADING_LAYER = "workqueue"
 
 ENABLED = True  # tests switch it off to run the torch fallbacks on the CPU
 
 
+_launchable: bool | None = None  # whether Numba's threading layer loads (found on first use)
+
+
 def available() -> bool:
-    return numba is not None and ENABLED
+    """Numba is installed, kernels are enabled, and the threading layer starts (a layer asked
+    for by NUMBA_THREADING_LAYER that is not installed makes every op take its torch path)."""
+    global _launchable
+    if numba is None or not ENABLED:
+        return False
+    if _launchable is None:
+        try:
+            use_threads()
+            _launchable = True
+        except (ValueError, RuntimeError, OSError):
+            _launchable = False
+    return _launchable
 
 
 def use_threads() -> None:

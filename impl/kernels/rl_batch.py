@@ -25,7 +25,7 @@ _ONE_BITS = int(np.float32(1.0).view(np.int32))
 if kernels.numba is not None:
     from numba import njit, prange
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @njit(parallel=True, cache=True)
     def _write_rows(p_flat, p_off, r_flat, r_off, start, r_start, pad, ids, attention,
                     positions, response_mask, flats, modes, values, counting):
         for i in prange(ids.shape[0]):

@@ -27,7 +27,7 @@ _EXACT_INTS = 2**24  # |v| bound under which a float64 sum of < 2**29 integral v
 if kernels.numba is not None:
     from numba import njit, prange
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True)
     def _loss_total(loss_flat, loss_off, order, targets):
         """(float64 sum of the kept loss values, whether that sum is exact)."""
         total, exact = 0.0, True
@@ -40,7 +40,7 @@ if kernels.numba is not None:
                     exact = False
         return total, exact
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @njit(parallel=True, cache=True)
     def _write_rows(ids_flat, ids_off, loss_flat, loss_off, order, offsets, row_first, targets,
                     pad, scale, ids, attention, positions, loss):
         zero = np.float32(0.0) * scale
@@ -94,7 +94,7 @@ def write_rows(input_ids: list[torch.Tensor], loss_masks: list[torch.Tensor], le
 
 if kernels.numba is not None:
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True)
     def _first_fit(lengths, order, capacity, size):
         """The bin of each item, visited in `order`: first fit over a max segment tree of the
         bins' remaining capacities (see `impl.sft._first_fit_decreasing`)."""

@@ -19,7 +19,7 @@ from impl import kernels
 if kernels.numba is not None:
     from numba import njit, prange
 
-    @njit(parallel=True, cache=True, nogil=True)
+    @njit(parallel=True, cache=True)
     def _write_samples(p_flat, r_flat, p_off, r_off, offsets, pad, ids, positions, target,
                        predict, owner, copy_tokens):
         for i in prange(p_off.shape[0] - 1):
