@@ -48,6 +48,8 @@ def build_rl_batch(
     """Lay out B samples as one RL batch (pictures in `reference.rl_batch`)."""
     if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
         raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
+    if not -2**63 <= pad_token_id < 2**63:
+        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     device = _output_device(device, prompts, responses)
@@ -85,10 +87,11 @@ def build_rl_batch(
     # start at response column r_start_i (right-aligned in "left", left-aligned in "two_segment")
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
     r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
-    if not written and _kernel_applies(device, per_token, pad_token_id):  # CPU: one pass
+    if not written and _kernel_applies(device, per_token):  # CPU: one pass
         out = rl_batch_kernel.write_rows(
             p_flat, p_len, r_flat, r_len, start, r_start, width, max_response, pad_token_id,
-            {key: _kernel_values(key, per_token[key]) for key in _VALUE_KEYS})
+            {key: None if per_token[key] is None else per_token[key].flat
+             for key in _VALUE_KEYS}, ones="loss_mask")
         return _batch(out, batch, max_response, layout, pad_token_id)
     input_ids = written.get("input_ids")
     if input_ids is None:
@@ -125,17 +128,9 @@ def _batch(out: dict, batch: int, max_response: int, layout: str, pad_token_id: 
 _VALUE_KEYS = ("loss_mask", "rewards", "rollout_logprobs")  # the order of the outputs
 
 
-def _kernel_values(key: str, values: _Values | None):
-    """What the kernel writes for `key`: flat values, ones (the default loss mask) or nothing."""
-    if values is None:
-        return "ones" if key == "loss_mask" else None
-    return values.flat
-
-
-def _kernel_applies(device, per_token: dict, pad_token_id: int) -> bool:
-    """The compiled CPU kernel takes flat values only (scalar rewards go the torch way) and a
-    pad id that fits int64 (else torch.full raises the torch path's error)."""
-    return (device.type == "cpu" and kernels.available() and -2**63 <= pad_token_id < 2**63
+def _kernel_applies(device, per_token: dict) -> bool:
+    """The compiled CPU kernel takes flat values only (scalar rewards go the torch way)."""
+    return (device.type == "cpu" and kernels.available()
             and all(v is None or v.scalars is None for v in per_token.values()))
 
 

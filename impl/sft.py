@@ -188,7 +188,7 @@ def pack_sft(
     plan = _Plan(batch, rows, align_size(tp_size, cp_size, fp8=fp8), device)
     n_rows, width = len(rows), plan.width
 
-    if _kernel_applies(batch, device, pad_token_id):  # CPU tensors: one pass per row
+    if _kernel_applies(batch, device):  # CPU tensors: one pass per row
         input_ids, attention, positions, loss_mask = sft_kernel.write_rows(
             batch.input_ids, batch.loss_mask, batch.lengths, batch.num_actions, plan.order,
             plan.offset, plan.row_offsets, plan.targets, n_rows, width, pad_token_id)
@@ -211,10 +211,10 @@ def pack_sft(
     return td
 
 
-def _kernel_applies(batch: Batch, device: torch.device, pad_token_id: int) -> bool:
+def _kernel_applies(batch: Batch, device: torch.device) -> bool:
     """The compiled CPU kernel takes int64 ids and float32 loss masks, all CPU tensors."""
     int64, float32 = torch.int64, torch.float32
-    return (device.type == "cpu" and kernels.available() and -2**63 <= pad_token_id < 2**63
+    return (device.type == "cpu" and kernels.available()
             and batch.has_tensors  # (then every tensor is on one device: check it once)
             and type(batch.input_ids[0]) is torch.Tensor and batch.input_ids[0].device == device
             and all(type(t) is torch.Tensor and t.dtype == int64 for t in batch.input_ids)

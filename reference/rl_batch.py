@@ -39,6 +39,8 @@ def build_rl_batch(
     """Lay out B samples as one RL batch (see the module docstring for the two layouts)."""
     if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
         raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
+    if not -2**63 <= pad_token_id < 2**63:
+        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     device = _output_device(device, prompts, responses)

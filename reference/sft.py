@@ -334,6 +334,8 @@ def _check_lengths(lengths, capacity, min_bins, bin_multiple) -> list[int]:
 def _check_pad_token(pad_token_id) -> None:
     if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
         raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
+    if not -2**63 <= pad_token_id < 2**63:
+        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
 
 
 def _check_size(value, name: str) -> None:

@@ -81,15 +81,18 @@ def _no_fallback(*args, **kwargs):
     raise AssertionError("valid lists took the row-by-row fallback")
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
 @pytest.mark.parametrize("form", ["tensors", "jagged"])
-def test_narrow_integer_token_tensors_become_int64(dtype: torch.dtype, form: str) -> None:
+def test_narrow_integer_token_tensors_become_int64(dtype: torch.dtype, form: str,
+                                                   kernel: bool, monkeypatch) -> None:
     prompts, responses = [[1, 2, 3], [4]], [[5], [6, 7]]
     expected = reference.build_rl_batch(prompts, responses, pad_token_id=0)
     if form == "tensors":
         args = (hs.tensor_rows(prompts, dtype), hs.tensor_rows(responses, dtype))
     else:
         args = (hs.jagged(prompts, dtype), hs.jagged(responses, dtype))
+    monkeypatch.setattr(kernels, "ENABLED", kernel)
     actual = impl.build_rl_batch(*args, pad_token_id=0)
     for key in ("input_ids", "attention_mask", "position_ids", "response_mask"):
         assert actual[key].dtype == torch.int64 and torch.equal(actual[key], expected[key]), key
@@ -214,3 +217,15 @@ def test_an_unloadable_threading_layer_falls_back_to_torch(monkeypatch) -> None:
     jagged = _to_jagged(Case(([[1, 2], [3]], [[4], [5, 6]]), {"pad_token_id": 0}))
     assert_identical(reference.build_rl_batch([[1, 2], [3]], [[4], [5, 6]], pad_token_id=0),
                      impl.build_rl_batch(*jagged.args, **jagged.kwargs))
+
+
+def test_pad_ids_beyond_int64_are_a_value_error_naming_the_argument() -> None:
+    """Even when no row needs padding (the reference used to accept 2**63 then, and to raise
+    a ValueError about "long long" otherwise, while the impl raised RuntimeError)."""
+    for pad in (2**63, -2**63 - 1):
+        for fn in (reference.build_rl_batch, impl.build_rl_batch):
+            with pytest.raises(ValueError, match="pad_token_id must fit int64"):
+                fn([[1]], [[2]], pad_token_id=pad)
+    for pad in (2**63 - 1, -2**63):  # the bounds themselves are valid
+        assert_identical(reference.build_rl_batch([[1], []], [[2], [3]], pad_token_id=pad),
+                         impl.build_rl_batch([[1], []], [[2], [3]], pad_token_id=pad))

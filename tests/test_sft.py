@@ -508,3 +508,19 @@ def _made_on(helper, device: torch.device):
         return out
 
     return spy
+
+
+@pytest.mark.parametrize("function", ["collate_sft", "pack_sft"])
+def test_pad_ids_beyond_int64_are_a_value_error_naming_the_argument(function: str) -> None:
+    """Even when nothing needs padding (the reference used to raise torch.tensor's ValueError
+    only when a pad cell existed, the impl RuntimeError or OverflowError)."""
+    kwargs = {"capacity": 8} if function == "pack_sft" else {}
+    for pad in (2**63, -2**63 - 1):
+        for module in (reference, impl):
+            with pytest.raises(ValueError, match="pad_token_id must fit int64"):
+                getattr(module, function)([_ex([1, 2], 1, [1])], pad_token_id=pad, **kwargs)
+    examples = [_ex([1, 2, 3], 2, [1, 0]), _ex([4], 1, [1])]
+    tensors = [_tensor_example(ex, loss_dtype=torch.float32) for ex in examples]
+    for pad in (2**63 - 1, -2**63):  # the bounds themselves are valid (the kernel writes them)
+        expected = getattr(reference, function)(examples, pad_token_id=pad, **kwargs)
+        assert_identical(expected, getattr(impl, function)(tensors, pad_token_id=pad, **kwargs))

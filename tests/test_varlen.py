@@ -881,3 +881,29 @@ def test_small_int_rows_reads_exactly_the_plain_int32_rows(rows: list) -> None:
     else:
         assert actual is not None and actual.dtype == np.int32
         assert actual.tolist() == values
+
+
+@pytest.mark.parametrize("pad_token_id, kernel", [
+    (-2**63, True), (2**63 - 1, True),      # the int64 range: the kernel writes the tail pad
+    (-2**63 - 1, False), (2**63, False),    # beyond it: the torch path raises torch's error
+])
+def test_the_kernel_takes_exactly_the_int64_pad_ids(pad_token_id: int, kernel: bool) -> None:
+    """Jagged inputs with a tail pad: the kernel runs for pad ids at the int64 bounds (the torch
+    path made to fail), the torch path beyond them, raising the reference's exception type."""
+    if kernels.numba is None:
+        pytest.skip("numba is not installed: the kernel cannot run")
+    rows = ([[1, 2]], [[3]])
+    kwargs = {"pad_to_multiple": 4, "pad_token_id": pad_token_id}
+    prompts, responses = (hs.jagged(r, torch.int64) for r in rows)
+    with pytest.MonkeyPatch.context() as patch:
+        if kernel:
+            patch.setattr(impl, "_place_tokens", _fail)
+        else:
+            patch.setattr(varlen_kernel, "write_samples", _fail)
+        try:
+            expected = reference.pack_varlen(*rows, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the type is what must match
+            with pytest.raises(type(error)):
+                impl.pack_varlen(prompts, responses, **kwargs)
+            return
+        assert_identical(expected, impl.pack_varlen(prompts, responses, **kwargs))

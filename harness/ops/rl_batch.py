@@ -56,14 +56,17 @@ def bad_rl_batch_cases(draw) -> BadCase:
     r_lens = [len(r) for r in responses]
     batch = len(prompts)
     kind = draw(st.sampled_from([
-        "pad_type", "pad_bool", "layout", "count", "empty", "values_count", "values_length",
-        "reward_2d", "loss_2d_tensor", "not_a_list"]))
+        "pad_type", "pad_bool", "pad_range", "layout", "count", "empty", "values_count",
+        "values_length", "reward_2d", "loss_2d_tensor", "not_a_list"]))
     if kind == "pad_type":
         kwargs["pad_token_id"] = draw(st.sampled_from([0.0, "0", None]))
         return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id not an int")
     if kind == "pad_bool":
         kwargs["pad_token_id"] = False
         return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id is a bool")
+    if kind == "pad_range":  # even when no row needs padding
+        kwargs["pad_token_id"] = draw(st.sampled_from([2**63, -2**63 - 1, 2**64]))
+        return BadCase(Case((prompts, responses), kwargs), ValueError, "pad_token_id beyond int64")
     if kind == "layout":
         kwargs["layout"] = draw(st.sampled_from(["right", "LEFT", ""]))
         return BadCase(Case((prompts, responses), kwargs), ValueError, "unknown layout")

@@ -252,10 +252,13 @@ def _break_example(draw, examples: list[dict], kind: str) -> tuple[object, type,
 def bad_collate_cases(draw) -> BadCase:
     good = draw(collate_cases())
     kwargs = dict(good.kwargs)
-    kind = draw(st.sampled_from(["pad_type", "normalize_type", *EXAMPLE_DEFECTS]))
+    kind = draw(st.sampled_from(["pad_type", "pad_range", "normalize_type", *EXAMPLE_DEFECTS]))
     if kind == "pad_type":
         kwargs["pad_token_id"] = draw(st.sampled_from([0.0, "0", None, True]))
         return BadCase(Case(good.args, kwargs), TypeError, "pad_token_id not an int")
+    if kind == "pad_range":
+        kwargs["pad_token_id"] = draw(st.sampled_from([2**63, -2**63 - 1]))
+        return BadCase(Case(good.args, kwargs), ValueError, "pad_token_id beyond int64")
     if kind == "normalize_type":
         kwargs["normalize"] = draw(st.sampled_from([1, "yes", None]))
         return BadCase(Case(good.args, kwargs), TypeError, "normalize not a bool")
@@ -267,13 +270,16 @@ def bad_collate_cases(draw) -> BadCase:
 def bad_pack_cases(draw) -> BadCase:
     good = draw(pack_cases())
     examples, kwargs = good.args[0], dict(good.kwargs)
-    kind = draw(st.sampled_from(["pad_type", "size_value", "size_type", "fp8_type",
+    kind = draw(st.sampled_from(["pad_type", "pad_range", "size_value", "size_type", "fp8_type",
                                  "over_capacity", "fewer_than_dp", "attention_zeros",
                                  *EXAMPLE_DEFECTS]))
     sizes = ["capacity", "dp_size", "tp_size", "pp_size", "cp_size"]
     if kind == "pad_type":
         kwargs["pad_token_id"] = draw(st.sampled_from([0.0, None, False]))
         return BadCase(Case((examples,), kwargs), TypeError, "pad_token_id not an int")
+    if kind == "pad_range":
+        kwargs["pad_token_id"] = draw(st.sampled_from([2**63, -2**63 - 1]))
+        return BadCase(Case((examples,), kwargs), ValueError, "pad_token_id beyond int64")
     if kind == "size_value":
         name = draw(st.sampled_from(sizes))
         kwargs[name] = draw(st.sampled_from([0, -1, -4]))

@@ -60,32 +60,35 @@ if kernels.numba is not None:
                 row[a + r:] = 0
 
 
+_NO_VALUES, _NO_ROWS = np.zeros(0, dtype=np.int32), np.zeros((0, 0), dtype=np.int32)
+
+
 def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_response: int,
-               pad_token_id: int, values: dict) -> dict[str, torch.Tensor]:
-    """All outputs (CPU tensors). `values`: name -> flat float32 values, "ones" (a 1.0 on each
-    response column: the default loss mask) or None (not built)."""
+               pad_token_id: int, values: dict, ones: str) -> dict[str, torch.Tensor]:
+    """All outputs (CPU tensors). `values`: name -> flat float32 values, or None: not built,
+    except for the name `ones`, which then gets a 1.0 on each response column (the default
+    loss mask)."""
     batch = p_len.numel()
     offsets = [torch.cat([p_len.new_zeros(1), torch.cumsum(lengths, 0)]).numpy()
                for lengths in (p_len, r_len)]
     out = {name: torch.empty((batch, width), dtype=torch.int64)
            for name in ("input_ids", "attention_mask", "position_ids")}
-    out["response_mask"] = torch.empty((batch, max_response), dtype=torch.int64)
-    modes = np.zeros(len(values), dtype=np.int64)
-    flats, dense = [], []
-    for k, (name, flat) in enumerate(values.items()):
-        if flat is None:
-            flats.append(np.zeros(0, dtype=np.int32))
-            dense.append(np.zeros((0, 0), dtype=np.int32))
+    out["response_mask"] = out["input_ids"].new_empty((batch, max_response))
+    modes, flats, dense = [], [], []
+    for name, flat in values.items():
+        if flat is None and name != ones:
+            modes.append(0)
+            flats.append(_NO_VALUES)
+            dense.append(_NO_ROWS)
             continue
-        out[name] = torch.empty((batch, max_response), dtype=torch.float32)
-        modes[k] = ONES if isinstance(flat, str) else COPY
-        flats.append(np.zeros(0, dtype=np.int32) if modes[k] == ONES
-                     else flat.contiguous().numpy().view(np.int32))
+        out[name] = out["input_ids"].new_empty((batch, max_response), dtype=torch.float32)
+        modes.append(ONES if flat is None else COPY)
+        flats.append(_NO_VALUES if flat is None else flat.contiguous().numpy().view(np.int32))
         dense.append(out[name].numpy().view(np.int32))
     kernels.use_threads()
     _write_rows(p_flat.contiguous().numpy(), offsets[0], r_flat.contiguous().numpy(), offsets[1],
                 start.numpy(), r_start.numpy(), pad_token_id, out["input_ids"].numpy(),
                 out["attention_mask"].numpy(), out["position_ids"].numpy(),
-                out["response_mask"].numpy(), tuple(flats), modes, tuple(dense),
-                np.arange(width, dtype=np.int64))
+                out["response_mask"].numpy(), tuple(flats), np.array(modes), tuple(dense),
+                torch.arange(width).numpy())
     return out
