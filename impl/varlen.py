@@ -161,6 +161,8 @@ def pack_varlen(
 ) -> TensorDict:
     """Concatenate every sample's prompt + response into one row (see the module docstring)."""
     _check_int(pad_token_id, "pad_token_id")
+    if not -2**63 <= pad_token_id < 2**63:
+        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
     device = _output_device(device, prompts, responses)
     written = _write_lists(prompts, responses, pad_to_multiple, pad_token_id, device)
@@ -181,7 +183,7 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     p_len, r_len = samples.prompt_lengths, samples.response_lengths
     lengths = p_len + r_len
     n_responses = int(samples.host_response_lengths.sum())
-    if device.type == "cpu" and kernels.available() and -2**63 <= pad_token_id < 2**63:
+    if device.type == "cpu" and kernels.available():
         input_ids, positions, target_index, predict_index, sample_index = \
             varlen_kernel.write_samples(samples.prompt_tokens, p_len, samples.response_tokens,
                                         r_len, total, pad_token_id, input_ids)
@@ -248,7 +250,7 @@ def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.
     response from offsets_i on."""
     device = samples.prompt_tokens.device
     input_ids = torch.empty(total, dtype=torch.int64, device=device)
-    input_ids[real:] = pad_token_id  # (an id beyond int64 raises here, as in the reference)
+    input_ids[real:] = pad_token_id
     if device.type == "cpu" and _CPU_ROW_COPIES:  # one memcpy per prompt and per response
         _copy_rows(input_ids, samples)
         return input_ids

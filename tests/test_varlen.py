@@ -883,27 +883,40 @@ def test_small_int_rows_reads_exactly_the_plain_int32_rows(rows: list) -> None:
         assert actual.tolist() == values
 
 
-@pytest.mark.parametrize("pad_token_id, kernel", [
-    (-2**63, True), (2**63 - 1, True),      # the int64 range: the kernel writes the tail pad
-    (-2**63 - 1, False), (2**63, False),    # beyond it: the torch path raises torch's error
-])
-def test_the_kernel_takes_exactly_the_int64_pad_ids(pad_token_id: int, kernel: bool) -> None:
-    """Jagged inputs with a tail pad: the kernel runs for pad ids at the int64 bounds (the torch
-    path made to fail), the torch path beyond them, raising the reference's exception type."""
-    if kernels.numba is None:
-        pytest.skip("numba is not installed: the kernel cannot run")
-    rows = ([[1, 2]], [[3]])
-    kwargs = {"pad_to_multiple": 4, "pad_token_id": pad_token_id}
-    prompts, responses = (hs.jagged(r, torch.int64) for r in rows)
-    with pytest.MonkeyPatch.context() as patch:
-        if kernel:
+def test_pad_ids_beyond_int64_are_a_value_error_naming_the_argument() -> None:
+    """Even without a tail pad (the reference used to accept 2**63 then, the impl to raise)."""
+    for pad in (2**63, -2**63 - 1):
+        for module in (reference, impl):
+            with pytest.raises(ValueError, match="pad_token_id must fit int64"):
+                module.pack_varlen([[1, 2]], [[3]], pad_to_multiple=3, pad_token_id=pad)
+    prompts, responses = (hs.jagged(r, torch.int64) for r in ([[1, 2]], [[3]]))
+    for pad in (2**63 - 1, -2**63):  # the bounds are valid: the kernel writes the tail pad
+        with pytest.MonkeyPatch.context() as patch:
             patch.setattr(impl, "_place_tokens", _fail)
-        else:
-            patch.setattr(varlen_kernel, "write_samples", _fail)
-        try:
-            expected = reference.pack_varlen(*rows, **kwargs)
-        except Exception as error:  # noqa: BLE001 - the type is what must match
-            with pytest.raises(type(error)):
-                impl.pack_varlen(prompts, responses, **kwargs)
-            return
-        assert_identical(expected, impl.pack_varlen(prompts, responses, **kwargs))
+            actual = impl.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=pad)
+        assert_identical(reference.pack_varlen([[1, 2]], [[3]], pad_to_multiple=4,
+                                               pad_token_id=pad), actual)
+
+
+@given(rows=st.lists(st.tuples(st.lists(st.integers(-2**63, 2**63 - 1), min_size=1, max_size=4),
+                               st.lists(st.integers(-2**63, 2**63 - 1), max_size=4)),
+                     min_size=1, max_size=4),
+       multiple=st.integers(1, 5))
+@example(rows=[([2**31], [2**40, -2**63]), ([1], [2**63 - 1])], multiple=4)
+def test_pack_varlen_list_path_with_ids_beyond_int32(rows: list, multiple: int) -> None:
+    """Lists with ids beyond int32 (which `small_int_rows` hands back) take the struct path:
+    packed in place, never the general path."""
+    prompts, responses = [list(p) for p, _ in rows], [list(r) for _, r in rows]
+    expected = reference.pack_varlen(prompts, responses, pad_to_multiple=multiple)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "_samples", _fail)
+        actual = impl.pack_varlen(prompts, responses, pad_to_multiple=multiple)
+    assert_identical(expected, actual)
+
+
+def test_small_int_lists_are_read_by_marshal_not_packed() -> None:
+    """Lists of int32-range ids never reach the struct path (no byte view of the output)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(impl, "byte_view", _fail)
+        actual = impl.pack_varlen([[1, 2], [3]], [[4], []], pad_to_multiple=4)
+    assert_identical(reference.pack_varlen([[1, 2], [3]], [[4], []], pad_to_multiple=4), actual)

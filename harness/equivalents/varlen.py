@@ -123,4 +123,9 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent("impl/varlen.py", "_place_tokens", r"torch\.empty\(total, dtype=torch\.int64, "
                r"device=device\)", r"torch\.empty\(total, dtype=torch\.int64, (device=None)?\)",
                ON_CPU),
+    Equivalent("impl/varlen.py", "_pack", r"_place_tokens\(samples, offsets, target_index, real,",
+               r"_place_tokens\(samples, offsets, target_index, None,",
+               "`input_ids[None:] = pad` writes the pad over the whole row instead of the tail "
+               "only; the token copies (or scatters) that follow overwrite the real positions: "
+               "the same tensor, one more pass"),
 )

@@ -118,7 +118,8 @@ def pack_cases(draw) -> Case:
     return Case((prompts, responses), kwargs)
 
 
-PACK_DEFECTS = ["pad_token_type", "multiple_type", "multiple_zero", "count", "empty",
+PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_zero", "count",
+                "empty",
                 "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row"]
 
 
@@ -131,6 +132,9 @@ def bad_pack_cases(draw) -> BadCase:
     if kind == "pad_token_type":
         value = draw(st.sampled_from([0.0, "0", None, True]))
         return _bad((prompts, responses), {"pad_token_id": value}, TypeError, "pad_token_id")
+    if kind == "pad_token_range":  # even when there is no tail pad
+        value = draw(st.sampled_from([2**63, -2**63 - 1]))
+        return _bad((prompts, responses), {"pad_token_id": value}, ValueError, "pad beyond int64")
     if kind == "multiple_type":
         value = draw(st.sampled_from([2.0, "4", True]))
         return _bad((prompts, responses), {"pad_to_multiple": value}, TypeError, "multiple type")
