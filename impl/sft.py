@@ -126,10 +126,7 @@ def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]
     Same bins as the reference's O(n * bins) scan, exactly.
     """
     lengths = _valid_lengths(lengths, capacity, min_bins, bin_multiple)
-    if kernels.available() and lengths and capacity < 2**62:
-        bins = sft_kernel.first_fit_decreasing(lengths, capacity)
-    else:
-        bins = _first_fit_decreasing(lengths, capacity)
+    bins = _first_fit_decreasing(lengths, capacity)
     target = -(-max(len(bins), min_bins) // bin_multiple) * bin_multiple
     if target == len(bins):
         return bins
