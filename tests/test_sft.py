@@ -185,8 +185,8 @@ def test_pack_sft_kernel_and_torch_rows_equal_the_reference(case: Case, kernel: 
 
 def test_pack_sft_kernel_sums_non_integral_loss_values_exactly() -> None:
     """Weights whose float64 running sum rounds (and a NaN) normalise as the reference's fsum."""
-    weights = [[0.1] * 7 + [1e8, -1e8, 0.3], [float("nan"), 0.5]]
-    for masks in (weights[:1], weights):
+    weights = [[0.1] * 7 + [1e8, -1e8, 0.3], [3e38, 3.0, -3e38], [float("nan"), 0.5]]
+    for masks in (weights[:1], weights[1:2], weights):  # [3e38, 3, -3e38]: float64 sums to 0
         examples = [_ex(list(range(1, len(m) + 2)), len(m), m) for m in masks]
         expected = reference.pack_sft(examples, pad_token_id=0, capacity=64)
         tensors = [_tensor_example(ex, loss_dtype=torch.float32) for ex in examples]
@@ -519,3 +519,10 @@ def test_pad_ids_beyond_int64_are_a_value_error_naming_the_argument(function: st
     for pad in (2**63 - 1, -2**63):  # the bounds themselves are valid (the kernel writes them)
         expected = getattr(reference, function)(examples, pad_token_id=pad, **kwargs)
         assert_identical(expected, getattr(impl, function)(tensors, pad_token_id=pad, **kwargs))
+
+
+def test_valid_length_lists_skip_the_reference_checks(monkeypatch) -> None:
+    """ffd_bins: a list of plain ints in [1, capacity] (both bounds included) is accepted at C
+    speed, without the reference's per-length loop (which would give the same bins)."""
+    monkeypatch.setattr(impl, "_check_lengths", _no_fallback)
+    assert impl.ffd_bins([1, 8, 3], 8) == reference.ffd_bins([1, 8, 3], 8)

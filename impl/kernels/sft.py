@@ -65,7 +65,7 @@ if kernels.numba is not None:
 
 
 def _offsets(lengths: list[int]) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    return np.concatenate([[0], np.cumsum(lengths)])  # Python ints: int64
 
 
 def write_rows(input_ids: list[torch.Tensor], loss_masks: list[torch.Tensor], lengths, actions,
@@ -77,7 +77,7 @@ def write_rows(input_ids: list[torch.Tensor], loss_masks: list[torch.Tensor], le
     slot (n_rows + 1 entries)."""
     ids_flat, loss_flat = torch.cat(input_ids).numpy(), torch.cat(loss_masks).numpy()
     ids_off, loss_off = _offsets(lengths), _offsets(actions)
-    order = np.asarray(order, dtype=np.int64)
+    order = np.asarray(order)  # Python ints: int64
     offsets, row_first, targets = (t.numpy() for t in (offsets, row_first, targets))
     total, exact = _loss_total(loss_flat, loss_off, order, targets)
     if not exact:  # non-integral values (or NaN / inf): the exact sum, as the reference's fsum
@@ -85,7 +85,7 @@ def write_rows(input_ids: list[torch.Tensor], loss_masks: list[torch.Tensor], le
                                           for i, t in zip(order, targets)]).tolist())
     scale = np.float32(1.0 / max(total, 1))
     out = [torch.empty((n_rows, width), dtype=torch.int64) for _ in range(3)]
-    out.append(torch.empty((n_rows, width - 1), dtype=torch.float32))
+    out.append(out[0].new_empty((n_rows, width - 1), dtype=torch.float32))
     kernels.use_threads()
     _write_rows(ids_flat, ids_off, loss_flat, loss_off, order, offsets, row_first, targets,
                 pad_token_id, scale, *(t.numpy() for t in out))
