@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from impl import kernels
@@ -45,9 +44,6 @@ if kernels.numba is not None:
             tail[c] = c
 
 
-_NO_TOKENS = np.zeros(0, dtype=np.int64)
-
-
 def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
                   input_ids: torch.Tensor | None = None):
     """input_ids, position_ids (total,) and target_index, predict_index, sample_index (one per
@@ -61,9 +57,7 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
     positions = torch.empty(total, dtype=torch.int64)
     per_response = [torch.empty(int(r_off[-1]), dtype=torch.int64) for _ in range(3)]
     kernels.use_threads()
-    tokens = ((p_flat.contiguous().numpy(), r_flat.contiguous().numpy()) if copy_tokens
-              else (_NO_TOKENS, _NO_TOKENS))  # nothing to read
-    _write_samples(*tokens, p_off, r_off,
+    _write_samples(p_flat.contiguous().numpy(), r_flat.contiguous().numpy(), p_off, r_off,
                    offsets, pad_token_id, ids.numpy(), positions.numpy(),
                    *(t.numpy() for t in per_response), copy_tokens)
     return ids, positions, *per_response
