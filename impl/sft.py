@@ -34,11 +34,11 @@ from tensordict import TensorDict
 from impl import kernels
 from impl._cpu import byte_view
 from impl.kernels import sft as sft_kernel
+from reference._checks import check_pad_token_id
 from reference.sft import (  # the contract's argument checks, shared with the oracle
     _as_list,
     _check_bool,
     _check_lengths,
-    _check_pad_token,
     _check_size,
     _field,
     _int64,
@@ -69,7 +69,7 @@ class Batch:
 
 def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
     """Left-pad N examples to (N, S); loss masks right-aligned in (N, A) (see reference.sft)."""
-    _check_pad_token(pad_token_id)
+    check_pad_token_id(pad_token_id)
     _check_bool(normalize, "normalize")
     batch = _parse_examples(examples)
     device = _output_device(device, batch, examples)
@@ -167,7 +167,7 @@ def pack_sft(
     device=None,
 ) -> TensorDict:
     """Shard-major rows of aligned sub-sequences (see reference.sft), built by index arithmetic."""
-    _check_pad_token(pad_token_id)
+    check_pad_token_id(pad_token_id)
     _check_size(capacity, "capacity")
     for value, name in ((dp_size, "dp_size"), (tp_size, "tp_size"), (pp_size, "pp_size"),
                         (cp_size, "cp_size")):

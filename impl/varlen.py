@@ -33,6 +33,7 @@ from tensordict import TensorDict, TensorDictBase
 from impl import kernels
 from impl._cpu import byte_view, plain_rows, small_int_rows
 from impl.kernels import varlen as varlen_kernel
+from reference._checks import check_pad_token_id
 from reference.varlen import (  # the contract's argument checks, shared with the oracle
     _check_logprob_options,
     _check_model,
@@ -160,9 +161,7 @@ def pack_varlen(
     prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
 ) -> TensorDict:
     """Concatenate every sample's prompt + response into one row (see the module docstring)."""
-    _check_int(pad_token_id, "pad_token_id")
-    if not -2**63 <= pad_token_id < 2**63:
-        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
+    check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
     device = _output_device(device, prompts, responses)
     written = _write_lists(prompts, responses, pad_to_multiple, pad_token_id, device)

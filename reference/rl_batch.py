@@ -19,6 +19,8 @@ import operator
 import torch
 from tensordict import TensorDict
 
+from reference._checks import check_pad_token_id
+
 logger = logging.getLogger(__name__)
 
 LAYOUTS = ("left", "two_segment")
@@ -37,10 +39,7 @@ def build_rl_batch(
     device=None,
 ) -> TensorDict:
     """Lay out B samples as one RL batch (see the module docstring for the two layouts)."""
-    if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
-        raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
-    if not -2**63 <= pad_token_id < 2**63:
-        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
+    check_pad_token_id(pad_token_id)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     device = _output_device(device, prompts, responses)

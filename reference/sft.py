@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
+from reference._checks import check_pad_token_id
+
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
 
 
@@ -43,7 +45,7 @@ class Example:
 
 def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
     """Left-pad N examples to one (N, S) batch; loss masks right-aligned in (N, A)."""
-    _check_pad_token(pad_token_id)
+    check_pad_token_id(pad_token_id)
     _check_bool(normalize, "normalize")
     parsed = _parse_examples(examples)
     device = _output_device(device, examples)
@@ -143,7 +145,7 @@ def pack_sft(
     device=None,
 ) -> TensorDict:
     """Pack examples into shard-major rows of aligned sub-sequences (see the module docstring)."""
-    _check_pad_token(pad_token_id)
+    check_pad_token_id(pad_token_id)
     _check_size(capacity, "capacity")
     for value, name in ((dp_size, "dp_size"), (tp_size, "tp_size"), (pp_size, "pp_size"),
                         (cp_size, "cp_size")):
@@ -329,13 +331,6 @@ def _check_lengths(lengths, capacity, min_bins, bin_multiple) -> list[int]:
             raise ValueError(f"lengths[{i}] is {length}, over the capacity {capacity}")
         out.append(int(length))
     return out
-
-
-def _check_pad_token(pad_token_id) -> None:
-    if not isinstance(pad_token_id, int) or isinstance(pad_token_id, bool):
-        raise TypeError(f"pad_token_id must be an int, got {type(pad_token_id).__name__}")
-    if not -2**63 <= pad_token_id < 2**63:
-        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
 
 
 def _check_size(value, name: str) -> None:

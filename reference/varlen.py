@@ -25,6 +25,8 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from reference._checks import check_pad_token_id
+
 PACKING_MODES = ("position_ids", "mask")
 
 
@@ -37,9 +39,7 @@ def pack_varlen(
     prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
 ) -> TensorDict:
     """Concatenate every sample's prompt + response into one row (see the module docstring)."""
-    _check_int(pad_token_id, "pad_token_id")
-    if not -2**63 <= pad_token_id < 2**63:
-        raise ValueError(f"pad_token_id must fit int64 (the dtype of input_ids), got {pad_token_id}")
+    check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
     device = _output_device(device, prompts, responses)
     prompts, responses = _samples(prompts, responses)

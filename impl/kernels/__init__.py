@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import torch
 
 try:
@@ -45,6 +46,11 @@ def available() -> bool:
         except (ValueError, RuntimeError, OSError):
             _launchable = False
     return _launchable
+
+
+def offsets(lengths: torch.Tensor) -> np.ndarray:
+    """[0, cumulative lengths...] of a CPU int64 tensor, as the NumPy array a kernel indexes."""
+    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).numpy()
 
 
 def use_threads() -> None:

@@ -69,8 +69,6 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     except for the name `ones`, which then gets a 1.0 on each response column (the default
     loss mask)."""
     batch = p_len.numel()
-    offsets = [torch.cat([p_len.new_zeros(1), torch.cumsum(lengths, 0)]).numpy()
-               for lengths in (p_len, r_len)]
     out = {name: torch.empty((batch, width), dtype=torch.int64)
            for name in ("input_ids", "attention_mask", "position_ids")}
     out["response_mask"] = out["input_ids"].new_empty((batch, max_response))
@@ -86,7 +84,8 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
         flats.append(_NO_VALUES if flat is None else flat.contiguous().numpy().view(np.int32))
         dense.append(out[name].numpy().view(np.int32))
     kernels.use_threads()
-    _write_rows(p_flat.contiguous().numpy(), offsets[0], r_flat.contiguous().numpy(), offsets[1],
+    _write_rows(p_flat.contiguous().numpy(), kernels.offsets(p_len), r_flat.contiguous().numpy(),
+                kernels.offsets(r_len),
                 start.numpy(), r_start.numpy(), pad_token_id, out["input_ids"].numpy(),
                 out["attention_mask"].numpy(), out["position_ids"].numpy(),
                 out["response_mask"].numpy(), tuple(flats), np.array(modes), tuple(dense),

@@ -64,10 +64,6 @@ if kernels.numba is not None:
                     out[c] = kept[c] * scale
 
 
-def _offsets(lengths: list[int]) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(lengths)])  # Python ints: int64
-
-
 def write_rows(input_ids: list[torch.Tensor], loss_masks: list[torch.Tensor], lengths, actions,
                order: list[int], offsets, row_first, targets, n_rows: int, width: int,
                pad_token_id: int) -> tuple[torch.Tensor, ...]:
@@ -76,7 +72,7 @@ def write_rows(input_ids: list[torch.Tensor], loss_masks: list[torch.Tensor], le
     `order`, `offsets`, `targets`: per slot, rows concatenated; `row_first`: each row's first
     slot (n_rows + 1 entries)."""
     ids_flat, loss_flat = torch.cat(input_ids).numpy(), torch.cat(loss_masks).numpy()
-    ids_off, loss_off = _offsets(lengths), _offsets(actions)
+    ids_off, loss_off = (kernels.offsets(torch.tensor(n)) for n in (lengths, actions))
     order = np.asarray(order)  # Python ints: int64
     offsets, row_first, targets = (t.numpy() for t in (offsets, row_first, targets))
     total, exact = _loss_total(loss_flat, loss_off, order, targets)
