@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from tensordict import TensorDictBase
 
 
 def _rows(rows):
@@ -67,6 +68,8 @@ def numpy_rows_pack_sft(examples, *, pad_token_id: int, capacity: int, dp_size: 
 
     ids = _rows_of(examples, "input_ids")
     loss_rows = _rows_of(examples, "loss_mask")
+    num_actions = (examples["num_actions"].tolist() if isinstance(examples, TensorDictBase)
+                   else [int(ex["num_actions"]) for ex in examples])
     lengths = [len(row) for row in ids]
     bins = sft.ffd_bins(lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
     rows = [bins[k] for shard in range(dp_size) for k in range(shard, len(bins), dp_size)]
@@ -82,7 +85,7 @@ def numpy_rows_pack_sft(examples, *, pad_token_id: int, capacity: int, dp_size: 
     for row_index, row in enumerate(rows):
         offset = 0
         for i in row:
-            s, actions = lengths[i], int(examples[i]["num_actions"])
+            s, actions = lengths[i], num_actions[i]
             input_ids[row_index, offset:offset + s] = ids[i]
             attention[row_index, offset:offset + s] = 1
             positions[row_index, offset:offset + s] = counting[:s]
@@ -100,4 +103,8 @@ def numpy_rows_pack_sft(examples, *, pad_token_id: int, capacity: int, dp_size: 
 
 
 def _rows_of(examples, key: str) -> list:
+    """One field of every example: lists as they are, tensors as NumPy arrays (a TensorDict
+    batch: NumPy views of its jagged field's rows)."""
+    if isinstance(examples, TensorDictBase):
+        return _rows(examples[key])
     return [ex[key].numpy() if isinstance(ex[key], torch.Tensor) else ex[key] for ex in examples]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from tensordict import TensorDict
 
 from harness import strategies as hs
 
@@ -162,6 +163,20 @@ def sft_inputs(batch: int = 1024, seed: int = 0, length=(50, 2000), vocab: int =
     return examples
 
 
+def sft_jagged(examples: list[dict]) -> TensorDict:
+    """Tensor examples (`sft_inputs(as_tensors=True)`) as one batch: a TensorDict of jagged
+    input_ids, attention_mask and loss_mask, and the (N,) num_actions."""
+    def jagged(key):
+        rows = [ex[key] for ex in examples]
+        offsets = torch.tensor([0] + [len(r) for r in rows], device=rows[0].device).cumsum(0)
+        return torch.nested.nested_tensor_from_jagged(torch.cat(rows), offsets=offsets)
+
+    fields = {key: jagged(key) for key in ("input_ids", "attention_mask", "loss_mask")}
+    fields["num_actions"] = torch.tensor([ex["num_actions"] for ex in examples],
+                                         device=examples[0]["input_ids"].device)
+    return TensorDict(fields, batch_size=[len(examples)])
+
+
 def _list_floor(examples, outputs):
     def floor():
         flatten_floor([ex["input_ids"] for ex in examples],
@@ -182,6 +197,7 @@ def collate_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) 
 
     examples = sft_inputs(batch, seed)
     tensors = sft_inputs(batch, seed, as_tensors=True, device=device)
+    jagged = sft_jagged(tensors)
     n, width = len(examples), max(len(ex["input_ids"]) for ex in examples)
     response = max(ex["num_actions"] for ex in examples)
     outputs = [((n, width), torch.int64)] * 2 + [((n, response), torch.float32)]
@@ -190,6 +206,7 @@ def collate_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) 
         "impl (lists)": lambda: impl.collate_sft(examples, pad_token_id=0),
         "floor (lists)": _list_floor(examples, outputs),
         "impl (tensors)": lambda: impl.collate_sft(tensors, pad_token_id=0, device=device),
+        "impl (jagged)": lambda: impl.collate_sft(jagged, pad_token_id=0, device=device),
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     tokens = sum(len(ex["input_ids"]) for ex in examples)
@@ -203,6 +220,7 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
 
     examples = sft_inputs(batch, seed)
     tensors = sft_inputs(batch, seed, as_tensors=True, device=device)
+    jagged = sft_jagged(tensors)
     shape = impl.pack_sft(examples, pad_token_id=0, **SFT_PACK_CONFIG)
     rows, width = shape["input_ids"].shape
     outputs = [((rows, width), torch.int64)] * 3 + [((rows, width - 1), torch.float32),
@@ -214,6 +232,8 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (lists)": _list_floor(examples, outputs),
         "impl (tensors)": lambda: impl.pack_sft(tensors, pad_token_id=0, device=device,
                                                 **SFT_PACK_CONFIG),
+        "impl (jagged)": lambda: impl.pack_sft(jagged, pad_token_id=0, device=device,
+                                               **SFT_PACK_CONFIG),
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
@@ -223,6 +243,8 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
             examples, pad_token_id=0, **SFT_PACK_CONFIG)
         variants["numpy rows (tensors)"] = lambda: numpy_rows_pack_sft(
             tensors, pad_token_id=0, **SFT_PACK_CONFIG)
+        variants["numpy rows (jagged)"] = lambda: numpy_rows_pack_sft(
+            jagged, pad_token_id=0, **SFT_PACK_CONFIG)
     tokens = sum(len(ex["input_ids"]) for ex in examples)
     return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens, "
                     f"{rows} x {width} rows, dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens)

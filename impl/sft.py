@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
+from torch.nested._internal.nested_tensor import NestedTensor
 
 from impl import kernels
 from impl._cpu import byte_view
@@ -44,6 +45,7 @@ from reference.sft import (  # the contract's argument checks, shared with the o
     _int64,
     _real,
     _zero_one,
+    batch_rows,
 )
 
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
@@ -61,18 +63,53 @@ class Batch:
     lengths: list[int] = field(default_factory=list)
     has_tensors: bool = False
     packed: bool = False
+    flat: Flat | None = None  # a jagged batch's fields, as given (already checked)
 
     @property
     def size(self) -> int:
         return len(self.lengths)
 
 
+@dataclass
+class Flat:
+    """A valid batch given as a TensorDict of jagged fields, read without a per-example loop:
+
+        input_ids       values 5 6 7 8 9      offsets 0 3 5      (int64)
+        loss_mask       values 1 0 1          offsets 0 2 3      (float32)
+        attention_mask  values 1 1 1 1 1  or None                (int64, input_ids' offsets)
+        lengths 3 2, num_actions 2 1                             (int64 tensors)
+    """
+
+    input_ids: torch.Tensor
+    ids_offsets: torch.Tensor
+    loss_mask: torch.Tensor
+    loss_offsets: torch.Tensor
+    attention_mask: torch.Tensor | None
+    lengths: torch.Tensor
+    num_actions: torch.Tensor
+
+    def batch(self, packed: bool) -> Batch:
+        """The per-example form (views of the flat values), for the torch paths."""
+        lengths, actions = self.lengths.tolist(), self.num_actions.tolist()
+        attention = (self.attention_mask.split(lengths) if self.attention_mask is not None
+                     else [None] * len(lengths))
+        return Batch(list(self.input_ids.split(lengths)), actions,
+                     list(self.loss_mask.split(actions)), list(attention), lengths,
+                     has_tensors=True, packed=packed, flat=self)
+
+
 def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
     """Left-pad N examples to (N, S); loss masks right-aligned in (N, A) (see reference.sft)."""
     check_pad_token_id(pad_token_id)
     _check_bool(normalize, "normalize")
-    batch = _parse_examples(examples)
+    batch = _parse(examples)
     device = _output_device(device, batch, examples)
+    if _kernel_applies(batch, device):  # CPU tensors: one pass per row
+        input_ids, attention, loss_mask = sft_kernel.collate(
+            *_flat_fields(batch), _flat_attention(batch), pad_token_id, normalize)
+        return _collated(input_ids, attention, loss_mask)
+    if batch.flat is not None:
+        batch = batch.flat.batch(packed=False)
     n, width, response = batch.size, max(batch.lengths), max(batch.num_actions)
     tokens, actions = sum(batch.lengths), sum(batch.num_actions)
     meta = torch.from_numpy(np.array([batch.lengths, batch.num_actions], dtype=np.int64))
@@ -99,15 +136,13 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
                               >= (response - num_actions)[:, None], loss_values)
     if normalize:
         loss_mask.mul_(_scale(loss_values, total))
-    td = TensorDict(
-        {
-            "input_ids": input_ids,
-            "attention_mask": attention,
-            "loss_mask": loss_mask,
-        },
-        batch_size=[n],
-    )
-    td.set_non_tensor("response_length", response)
+    return _collated(input_ids, attention, loss_mask)
+
+
+def _collated(input_ids: torch.Tensor, attention: torch.Tensor, loss_mask: torch.Tensor):
+    td = TensorDict({"input_ids": input_ids, "attention_mask": attention,
+                     "loss_mask": loss_mask}, batch_size=[input_ids.shape[0]])
+    td.set_non_tensor("response_length", loss_mask.shape[1])
     return td
 
 
@@ -173,9 +208,11 @@ def pack_sft(
                         (cp_size, "cp_size")):
         _check_size(value, name)
     _check_bool(fp8, "fp8")
-    batch = _parse_examples(examples, packed=True)
+    batch = _parse(examples, packed=True)
     _check_attention_all_ones(batch)
     device = _output_device(device, batch, examples)
+    if batch.flat is not None and not _kernel_applies(batch, device):
+        batch = batch.flat.batch(packed=True)
     try:
         bins = ffd_bins(batch.lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
     except ValueError:
@@ -187,8 +224,8 @@ def pack_sft(
 
     if _kernel_applies(batch, device):  # CPU tensors: one pass per row
         input_ids, attention, positions, loss_mask = sft_kernel.write_rows(
-            batch.input_ids, batch.loss_mask, batch.lengths, batch.num_actions, plan.order,
-            plan.offset, plan.row_offsets, plan.targets, n_rows, width, pad_token_id)
+            *_flat_fields(batch), plan.order, plan.offset, plan.row_offsets, plan.targets,
+            n_rows, width, pad_token_id)
     else:
         input_ids, attention, positions, loss_mask = _packed_rows(batch, plan, n_rows,
                                                                   pad_token_id)
@@ -209,13 +246,34 @@ def pack_sft(
 
 
 def _kernel_applies(batch: Batch, device: torch.device) -> bool:
-    """The compiled CPU kernel takes int64 ids and float32 loss masks, all CPU tensors."""
+    """The compiled CPU kernels take CPU tensors: a jagged batch, or per-example int64 ids and
+    float32 loss masks."""
+    if device.type != "cpu" or not kernels.available() or not batch.has_tensors:
+        return False
+    if batch.flat is not None:
+        return batch.flat.input_ids.device == device
     int64, float32 = torch.int64, torch.float32
-    return (device.type == "cpu" and kernels.available()
-            and batch.has_tensors  # (then every tensor is on one device: check it once)
-            and type(batch.input_ids[0]) is torch.Tensor and batch.input_ids[0].device == device
+    return (type(batch.input_ids[0]) is torch.Tensor and batch.input_ids[0].device == device
+            # (every tensor is on one device: checked once)
             and all(type(t) is torch.Tensor and t.dtype == int64 for t in batch.input_ids)
             and all(type(t) is torch.Tensor and t.dtype == float32 for t in batch.loss_mask))
+
+
+def _flat_fields(batch: Batch) -> tuple[torch.Tensor, ...]:
+    """input_ids, their offsets, loss_mask, its offsets: flat (one cat of the examples')."""
+    if batch.flat is not None:
+        flat = batch.flat
+        return flat.input_ids, flat.ids_offsets, flat.loss_mask, flat.loss_offsets
+    ids_offsets, loss_offsets = (torch.from_numpy(kernels.offsets(torch.tensor(lengths)))
+                                 for lengths in (batch.lengths, batch.num_actions))
+    return torch.cat(batch.input_ids), ids_offsets, torch.cat(batch.loss_mask), loss_offsets
+
+
+def _flat_attention(batch: Batch) -> torch.Tensor | None:
+    """collate_sft's attention values, flat int64 (None: all ones), checked 0/1."""
+    if batch.flat is not None:
+        return batch.flat.attention_mask
+    return _attention_values(batch, sum(batch.lengths), torch.device("cpu"))
 
 
 def _packed_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
@@ -458,6 +516,86 @@ def _scale(values: torch.Tensor, total: float | None) -> torch.Tensor:
 # -- validation (same checks, order and messages as reference.sft) ------------------------------
 
 
+def _parse(examples, *, packed: bool = False) -> Batch:
+    """A list of examples (`_parse_examples`), or a TensorDict batch: whole-tensor checks of its
+    jagged fields (`_flat_batch`), else its rows one by one, as the reference reads them."""
+    if isinstance(examples, TensorDictBase):
+        batch = _flat_batch(examples, packed)
+        if batch is not None:
+            return batch
+        examples = batch_rows(examples)
+    return _parse_examples(examples, packed=packed)
+
+
+def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
+    """The batch of a TensorDict whose fields are jagged (input_ids, loss_mask, attention_mask
+    with input_ids' offsets) plus an (N,) integer num_actions, on one device, when every check
+    of the reference passes on the whole tensors (one host sync); None otherwise (then the
+    rows are checked one by one, which raises the reference's error)."""
+    ids, actions, loss = (examples.get(key, None) for key in REQUIRED_KEYS)
+    attention = examples.get("attention_mask", None)
+    if not (examples.batch_dims == 1 and _is_jagged(ids, _INTEGER) and _is_jagged(loss, _REAL)
+            and (attention is None or _is_jagged(attention, _REAL))
+            and type(actions) is torch.Tensor and actions.dim() == 1
+            and actions.dtype in _INTEGER):
+        return None
+    # the parts of a jagged tensor, read directly: its public accessors dispatch (~10 us each)
+    ids_values, ids_offsets, loss_values, loss_offsets = (ids._values, ids._offsets,
+                                                          loss._values, loss._offsets)
+    device = ids_values.device
+    if any(t.device != device for t in (loss_values, actions) +
+           ((attention._values,) if attention is not None else ())):
+        return None
+    lengths, actions = ids_offsets.diff(), actions.to(torch.int64)
+    if not 0 < lengths.shape[0] == actions.shape[0]:
+        return None
+    checks = [(loss_offsets.diff() == actions) & (actions >= 1) & (actions <= lengths),
+              (ids_offsets[:1] == 0) & (ids_offsets[-1:] == ids_values.shape[0]),
+              (loss_offsets[:1] == 0) & (loss_offsets[-1:] == loss_values.shape[0])]
+    attention_values = None
+    if attention is not None:
+        if attention._offsets is not ids_offsets and not torch.equal(attention._offsets,
+                                                                     ids_offsets):
+            return None
+        attention_values = attention._values
+        if device.type == "cpu" and kernels.available():
+            if not sft_kernel.zero_one(attention_values, ones_only=packed):
+                return None
+        else:
+            checks.append(_zero_one_check(attention_values, packed))
+    if not bool(torch.cat(checks).all()):
+        return None
+    if attention_values is not None:
+        attention_values = attention_values.to(torch.int64)
+    flat = Flat(ids_values.to(torch.int64), ids_offsets, _as_float32(loss_values),
+                loss_offsets, attention_values, lengths, actions)
+    return Batch(num_actions=actions.tolist(), lengths=lengths.tolist(), has_tensors=True,
+                 packed=packed, flat=flat)
+
+
+def _zero_one_check(values: torch.Tensor, ones_only: bool) -> torch.Tensor:
+    """True (a 1-element tensor) iff every value is 0 or 1 (`ones_only`: 1): one reduction
+    (min, max) for integers, whose values in [0, 1] are 0 or 1; comparisons for the rest."""
+    if values.numel() == 0:
+        return values.new_ones(1, dtype=torch.bool)
+    if values.dtype in _INTEGER:
+        low, high = values.aminmax()
+        return ((low >= 1 if ones_only else low >= 0) & (high <= 1)).reshape(1)
+    ones = values == 1
+    return (ones if ones_only else ones | (values == 0)).all().reshape(1)
+
+
+def _is_jagged(value, dtypes) -> bool:
+    """A 2-D jagged tensor (NJT) without holes, of one of `dtypes`."""
+    return (type(value) is NestedTensor and value._ragged_idx == 1 and value._lengths is None
+            and value._values.dim() == 1 and value._values.dtype in dtypes)
+
+
+def _as_float32(values: torch.Tensor) -> torch.Tensor:
+    """The reference's float32(float(v)) of each value: through float64 unless float32."""
+    return values if values.dtype == torch.float32 else values.double().float()
+
+
 def _parse_examples(examples, *, packed: bool = False) -> Batch:
     """Check every example's structure (a fast path for the common dict-of-lists example)."""
     if isinstance(examples, (str, bytes, Mapping)) or not isinstance(examples, Sequence):
@@ -539,6 +677,8 @@ def _check_structure(ex, i: int, batch: Batch) -> None:
 
 def _check_values(batch: Batch) -> None:
     """The reference's value pass, example by example: raises its first error (slow path)."""
+    if batch.flat is not None:
+        return  # a jagged batch: its values were checked whole (`_flat_batch`)
     for i in range(batch.size):
         for v in _as_list(batch.input_ids[i]):
             _int64(v, i, "input_ids")
@@ -577,6 +717,8 @@ def _output_device(device, batch: Batch, examples) -> torch.device:
     """`device`, else the device of the tensors among the inputs, else the CPU."""
     if device is not None:
         return torch.device(device)
+    if batch.flat is not None:
+        return batch.flat.input_ids.device
     if batch.has_tensors:
         for ex in examples:
             for value in ex.values():

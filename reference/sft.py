@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from reference._checks import check_pad_token_id
 
@@ -47,6 +47,7 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
     """Left-pad N examples to one (N, S) batch; loss masks right-aligned in (N, A)."""
     check_pad_token_id(pad_token_id)
     _check_bool(normalize, "normalize")
+    examples = batch_rows(examples)
     parsed = _parse_examples(examples)
     device = _output_device(device, examples)
     width = max(len(ex.input_ids) for ex in parsed)
@@ -151,6 +152,7 @@ def pack_sft(
                         (cp_size, "cp_size")):
         _check_size(value, name)
     _check_bool(fp8, "fp8")
+    examples = batch_rows(examples)
     parsed = _parse_examples(examples, packed=True)
     device = _output_device(device, examples)
 
@@ -202,6 +204,39 @@ def pack_sft(
 
 
 # -- validation -------------------------------------------------------------------------------
+
+
+def batch_rows(examples):
+    """A batch given as one TensorDict (batch_size [N]) is the list of its N rows.
+
+        TensorDict(batch_size=[2])        ->  [{"input_ids": [5, 6, 7], "num_actions": 2,
+          input_ids    jagged [[5, 6, 7],          "loss_mask": [1, 0]},
+                               [8, 9]]         {"input_ids": [8, 9], "num_actions": 1,
+          loss_mask    jagged [[1, 0], [1]]        "loss_mask": [1]}]
+          num_actions  (2,) [2, 1]
+
+    Row i holds every tensor field's row i (a jagged field's i-th sequence); an integer 0-d
+    `num_actions` row becomes an int. The rows are then checked as any examples are. Anything
+    that is not a TensorDict is returned as given.
+    """
+    if not isinstance(examples, TensorDictBase):
+        return examples
+    if examples.batch_dims != 1:
+        raise ValueError("examples given as a TensorDict must have batch_size [N], got "
+                         f"{list(examples.batch_size)}")
+    rows = []
+    for i in range(examples.batch_size[0]):
+        row = {}
+        for key in examples.keys():
+            if not examples.is_non_tensor(key):
+                row[key] = examples.get(key)[i]
+        actions = row.get("num_actions")
+        if (isinstance(actions, torch.Tensor) and actions.dim() == 0
+                and not (actions.is_floating_point() or actions.is_complex()
+                         or actions.dtype == torch.bool)):
+            row["num_actions"] = int(actions)
+        rows.append(row)
+    return rows
 
 
 def _parse_examples(examples, *, packed: bool = False) -> list[Example]:

@@ -8,7 +8,7 @@ import torch
 
 from harness import baselines
 from harness import strategies as hs
-from harness.workloads import SFT_PACK_CONFIG, rl_batch_inputs, sft_inputs
+from harness.workloads import SFT_PACK_CONFIG, rl_batch_inputs, sft_inputs, sft_jagged
 from impl import rl_batch, sft
 
 
@@ -33,9 +33,11 @@ def test_numpy_rows_rl_batch_equals_the_op(form: str, seed: int) -> None:
     _assert_same(expected, actual)
 
 
-@pytest.mark.parametrize("as_tensors", [False, True])
-def test_numpy_rows_pack_sft_equals_the_op(as_tensors: bool) -> None:
-    examples = sft_inputs(40, seed=2, length=(1, 300), as_tensors=as_tensors)
+@pytest.mark.parametrize("form", ["lists", "tensors", "jagged"])
+def test_numpy_rows_pack_sft_equals_the_op(form: str) -> None:
+    examples = sft_inputs(40, seed=2, length=(1, 300), as_tensors=form != "lists")
+    if form == "jagged":
+        examples = sft_jagged(examples)
     config = SFT_PACK_CONFIG | {"capacity": 1024}
     expected = sft.pack_sft(examples, pad_token_id=5, **config)
     actual = baselines.numpy_rows_pack_sft(examples, pad_token_id=5, **config)

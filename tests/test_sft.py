@@ -12,10 +12,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from harness.compare import assert_identical
 from harness.ops import sft as records
-from harness.ops.sft import _tensor_example, pack_cases
+from harness.ops.sft import _tensor_example, collate_cases, jagged_batch, pack_cases
 from harness.registry import Case
 from impl import kernels
 from impl import sft as impl
@@ -170,16 +171,40 @@ def _use_kernel(patch: pytest.MonkeyPatch, kernel: bool, python_path: str,
         patch.setattr(sft_kernel, kernel_path, _no_fallback)
 
 
+# the two forms the kernels take: per-example float32 tensors, and one jagged batch
+KERNEL_FORMS = {
+    "tensors": lambda examples: [_tensor_example(ex, loss_dtype=torch.float32)
+                                 for ex in examples],
+    "jagged": jagged_batch,
+}
+
+
+@pytest.mark.parametrize("form", KERNEL_FORMS)
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
 @given(case=pack_cases())
-def test_pack_sft_kernel_and_torch_rows_equal_the_reference(case: Case, kernel: bool) -> None:
-    """Tensor examples (int64 ids, float32 loss masks): the compiled CPU kernel and the torch
-    composition each give the reference's packed rows, bit for bit."""
+def test_pack_sft_kernel_and_torch_rows_equal_the_reference(case: Case, kernel: bool,
+                                                            form: str) -> None:
+    """Tensor examples (int64 ids, float32 loss masks) and jagged batches: the compiled CPU
+    kernel and the torch composition each give the reference's packed rows, bit for bit."""
     expected = reference.pack_sft(*case.args, **case.kwargs)
-    examples = [_tensor_example(ex, loss_dtype=torch.float32) for ex in case.args[0]]
+    examples = KERNEL_FORMS[form](case.args[0])
     with pytest.MonkeyPatch.context() as patch:
         _use_kernel(patch, kernel, python_path="_packed_rows", kernel_path="write_rows")
         actual = impl.pack_sft(examples, **case.kwargs)
+    assert_identical(expected, actual)
+
+
+@pytest.mark.parametrize("form", KERNEL_FORMS)
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+@given(case=collate_cases())
+def test_collate_sft_kernel_and_torch_equal_the_reference(case: Case, kernel: bool,
+                                                          form: str) -> None:
+    """The same for collate_sft: kernel and torch composition, each against the reference."""
+    expected = reference.collate_sft(*case.args, **case.kwargs)
+    examples = KERNEL_FORMS[form](case.args[0])
+    with pytest.MonkeyPatch.context() as patch:
+        _use_kernel(patch, kernel, python_path="_flat_floats", kernel_path="collate")
+        actual = impl.collate_sft(examples, **case.kwargs)
     assert_identical(expected, actual)
 
 
@@ -526,3 +551,91 @@ def test_valid_length_lists_skip_the_reference_checks(monkeypatch) -> None:
     speed, without the reference's per-length loop (which would give the same bins)."""
     monkeypatch.setattr(impl, "_check_lengths", _no_fallback)
     assert impl.ffd_bins([1, 8, 3], 8) == reference.ffd_bins([1, 8, 3], 8)
+
+
+# -- examples as one TensorDict batch (jagged fields) ------------------------------------------
+
+
+def _nj(rows: list[list], dtype=torch.int64) -> torch.Tensor:
+    flat = torch.tensor([v for r in rows for v in r], dtype=dtype)
+    offsets = torch.tensor([0] + [len(r) for r in rows]).cumsum(0)
+    return torch.nested.nested_tensor_from_jagged(flat, offsets=offsets)
+
+
+def _td(**fields) -> TensorDict:
+    fields = {"input_ids": _nj([[5, 6, 7], [8, 9]]), "num_actions": torch.tensor([2, 1]),
+              "loss_mask": _nj([[1, 0], [1]], torch.float32)} | fields
+    return TensorDict({k: v for k, v in fields.items() if v is not None}, batch_size=[2])
+
+
+HOLES = torch.nested.nested_tensor_from_jagged(torch.tensor([5, 6, 7, 0, 8, 9]),
+                                               offsets=torch.tensor([0, 4, 6]),
+                                               lengths=torch.tensor([3, 2]))
+JAGGED_BATCHES = [  # (what, batch): valid ones must equal the reference, bad ones its error
+    ("plain", _td()),
+    ("attention all ones", _td(attention_mask=_nj([[1, 1, 1], [1, 1]]))),
+    ("attention with zeros", _td(attention_mask=_nj([[0, 1, 1], [1, 0]]))),
+    ("attention as bools, loss as float64", _td(attention_mask=_nj([[1, 1, 1], [1, 1]],
+                                                                   torch.bool),
+                                                loss_mask=_nj([[0.1, 1], [2]], torch.float64))),
+    ("int32 ids, uint8 attention, int32 num_actions, bool loss",
+     _td(input_ids=_nj([[5, 6, 7], [8, 9]], torch.int32),
+         attention_mask=_nj([[1, 1, 1], [1, 1]], torch.uint8),
+         num_actions=torch.tensor([2, 1], dtype=torch.int32),
+         loss_mask=_nj([[True, False], [True]], torch.bool))),
+    ("a jagged field with holes", _td(input_ids=HOLES)),
+    ("strided input_ids (equal lengths)", _td(input_ids=torch.tensor([[5, 6, 7], [8, 9, 4]]))),
+    ("an extra field", _td(labels=torch.tensor([1, 2]))),
+    ("num_actions > s", _td(num_actions=torch.tensor([2, 3]),
+                            loss_mask=_nj([[1, 0], [1, 1, 1]], torch.float32))),
+    ("num_actions 0", _td(num_actions=torch.tensor([2, 0]),
+                          loss_mask=_nj([[1, 0], []], torch.float32))),
+    ("len(loss_mask) != num_actions", _td(num_actions=torch.tensor([1, 1]))),
+    ("attention value 2", _td(attention_mask=_nj([[1, 1, 1], [2, 1]]))),
+    ("attention shorter than input_ids", _td(attention_mask=_nj([[1, 1], [1, 1, 1]]))),
+    ("float input_ids", _td(input_ids=_nj([[5, 6, 7], [8, 9]], torch.float32))),
+    ("float num_actions", _td(num_actions=torch.tensor([2.0, 1.0]))),
+    ("num_actions missing", _td(num_actions=None)),
+    ("loss_mask missing", _td(loss_mask=None)),
+    ("no rows", TensorDict({"input_ids": torch.zeros(0, 3, dtype=torch.int64)},
+                           batch_size=[0])),
+    ("batch_size [2, 1]", TensorDict({"input_ids": torch.zeros(2, 1, 3, dtype=torch.int64)},
+                                     batch_size=[2, 1])),
+]
+
+
+@pytest.mark.parametrize("function", ["collate_sft", "pack_sft"])
+@pytest.mark.parametrize("what, batch", JAGGED_BATCHES, ids=[b[0] for b in JAGGED_BATCHES])
+def test_jagged_batches_read_as_their_rows(what: str, batch: TensorDict, function: str) -> None:
+    """A TensorDict batch means the list of its rows (reference.sft.batch_rows): the impl gives
+    the reference's output, or raises its exception type and message."""
+    kwargs = {"pad_token_id": 0} | (PACK if function == "pack_sft" else {})
+    try:
+        expected = getattr(reference, function)(batch, **kwargs)
+    except (TypeError, ValueError):
+        _same_error(function, batch, **kwargs)
+        return
+    before = batch.clone()
+    assert_identical(expected, getattr(impl, function)(batch, **kwargs))
+    assert_identical(before, batch)
+
+
+@pytest.mark.parametrize("function", ["collate_sft", "pack_sft"])
+def test_jagged_batches_take_the_whole_tensor_path(function: str, monkeypatch) -> None:
+    """A valid jagged batch is checked on whole tensors: its rows are never read one by one."""
+    monkeypatch.setattr(impl, "batch_rows", _no_fallback)
+    monkeypatch.setattr(impl, "_parse_examples", _no_fallback)
+    kwargs = {"pad_token_id": 0} | (PACK if function == "pack_sft" else {})
+    for what, batch in [JAGGED_BATCHES[i] for i in (0, 1, 3, 4)]:
+        expected = getattr(reference, function)(reference.batch_rows(batch), **kwargs)
+        assert_identical(expected, getattr(impl, function)(batch, **kwargs)), what
+
+
+def test_batch_rows_reads_rows_of_every_field() -> None:
+    """The reference's reading of a TensorDict batch, as its docstring draws it."""
+    rows = reference.batch_rows(_td())
+    assert [{k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in row.items()}
+            for row in rows] == [
+        {"input_ids": [5, 6, 7], "num_actions": 2, "loss_mask": [1.0, 0.0]},
+        {"input_ids": [8, 9], "num_actions": 1, "loss_mask": [1.0]}]
+    assert reference.batch_rows(TWO) is TWO

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 from hypothesis import strategies as st
+from tensordict import TensorDict
 
 from harness import strategies as hs
 from harness.compare import assert_identical
@@ -394,6 +395,33 @@ def _to_mixed(case: Case) -> Case:
     return Case((examples,), case.kwargs, case.label)
 
 
+def jagged_batch(examples: list[dict], loss_dtype=torch.float32, device="cpu") -> TensorDict:
+    """The examples as one batch: a TensorDict of jagged input_ids (int64) and loss_mask, an
+    (N,) num_actions, and a jagged attention_mask when any example gives one (all ones for
+    those that do not: the default).
+
+        [{"input_ids": [5, 6, 7], "num_actions": 2, "loss_mask": [1, 0]},
+         {"input_ids": [8, 9], "num_actions": 1, "loss_mask": [1]}]
+        ->  input_ids [[5, 6, 7], [8, 9]], loss_mask [[1., 0.], [1.]], num_actions [2, 1]
+    """
+    fields = {
+        "input_ids": hs.jagged([ex["input_ids"] for ex in examples], torch.int64, device),
+        "loss_mask": hs.jagged([[float(v) for v in ex["loss_mask"]] for ex in examples],
+                               loss_dtype, device),
+        "num_actions": torch.tensor([ex["num_actions"] for ex in examples], device=device),
+    }
+    if any("attention_mask" in ex for ex in examples):
+        fields["attention_mask"] = hs.jagged(
+            [[int(v) for v in ex.get("attention_mask", [1] * len(ex["input_ids"]))]
+             for ex in examples], torch.int64, device)
+    return TensorDict(fields, batch_size=[len(examples)])
+
+
+def _to_jagged(case: Case, loss_dtype=torch.float32) -> Case:
+    """The examples as one TensorDict of jagged fields (loss masks in `loss_dtype`)."""
+    return Case((jagged_batch(case.args[0], loss_dtype),), case.kwargs, case.label)
+
+
 def _on_device(case: Case, device: str) -> Case:
     examples = case.args[0]
     if isinstance(examples, list) and all(isinstance(ex, dict) for ex in examples):
@@ -405,7 +433,8 @@ def _on_device(case: Case, device: str) -> Case:
 
 
 FORMS = {"lists": lambda c: c, "tensors": _to_tensors, "float32 tensors": _to_float32_tensors,
-         "mixed": _to_mixed}
+         "mixed": _to_mixed, "jagged": _to_jagged,
+         "jagged float64": lambda c: _to_jagged(c, torch.float64)}
 
 # --------------------------------------------------------------------------- helpers
 
