@@ -35,8 +35,10 @@ from impl._cpu import byte_view, plain_rows, small_int_rows
 from impl.kernels import varlen as varlen_kernel
 from reference._checks import check_pad_token_id
 from reference.varlen import (  # the contract's argument checks, shared with the oracle
+    _check_int,
     _check_logprob_options,
     _check_model,
+    _check_positive_int,
     _output_device,
 )
 
@@ -685,16 +687,3 @@ def _check_budget(samples: _Samples, max_tokens_per_batch) -> None:
         k = int(over[0])
         raise ValueError(f"sample {k} has {int(lengths[k])} tokens, more than "
                          f"max_tokens_per_batch={max_tokens_per_batch}")
-
-
-def _check_int(value, name: str) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-
-
-def _check_positive_int(value, name: str) -> None:
-    _check_int(value, name)
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-
-

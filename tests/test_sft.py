@@ -179,32 +179,26 @@ KERNEL_FORMS = {
 }
 
 
+# function -> (its cases, its torch path (impl.sft), its kernel (impl.kernels.sft))
+PATHS = {"collate_sft": (collate_cases(), "_flat_floats", "collate"),
+         "pack_sft": (pack_cases(), "_packed_rows", "write_rows")}
+
+
+@pytest.mark.parametrize("function", PATHS)
 @pytest.mark.parametrize("form", KERNEL_FORMS)
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
-@given(case=pack_cases())
-def test_pack_sft_kernel_and_torch_rows_equal_the_reference(case: Case, kernel: bool,
-                                                            form: str) -> None:
+@given(data=st.data())
+def test_kernel_and_torch_paths_equal_the_reference(data, kernel: bool, form: str,
+                                                    function: str) -> None:
     """Tensor examples (int64 ids, float32 loss masks) and jagged batches: the compiled CPU
-    kernel and the torch composition each give the reference's packed rows, bit for bit."""
-    expected = reference.pack_sft(*case.args, **case.kwargs)
+    kernel and the torch composition each give the reference's output, bit for bit."""
+    cases, python_path, kernel_path = PATHS[function]
+    case = data.draw(cases, label="case")
+    expected = getattr(reference, function)(*case.args, **case.kwargs)
     examples = KERNEL_FORMS[form](case.args[0])
     with pytest.MonkeyPatch.context() as patch:
-        _use_kernel(patch, kernel, python_path="_packed_rows", kernel_path="write_rows")
-        actual = impl.pack_sft(examples, **case.kwargs)
-    assert_identical(expected, actual)
-
-
-@pytest.mark.parametrize("form", KERNEL_FORMS)
-@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
-@given(case=collate_cases())
-def test_collate_sft_kernel_and_torch_equal_the_reference(case: Case, kernel: bool,
-                                                          form: str) -> None:
-    """The same for collate_sft: kernel and torch composition, each against the reference."""
-    expected = reference.collate_sft(*case.args, **case.kwargs)
-    examples = KERNEL_FORMS[form](case.args[0])
-    with pytest.MonkeyPatch.context() as patch:
-        _use_kernel(patch, kernel, python_path="_flat_floats", kernel_path="collate")
-        actual = impl.collate_sft(examples, **case.kwargs)
+        _use_kernel(patch, kernel, python_path=python_path, kernel_path=kernel_path)
+        actual = getattr(impl, function)(examples, **case.kwargs)
     assert_identical(expected, actual)
 
 
