@@ -74,10 +74,10 @@ class Batch:
 class Flat:
     """A valid batch given as a TensorDict of jagged fields, read without a per-example loop:
 
-        input_ids       values 5 6 7 8 9      offsets 0 3 5      (int64)
+        input_ids       values 5 6 7 8 9      offsets 0 3 5      (an integer dtype)
         loss_mask       values 1 0 1          offsets 0 2 3      (float32)
-        attention_mask  values 1 1 1 1 1  or None                (int64, input_ids' offsets)
-        lengths 3 2, num_actions 2 1                             (int64 tensors)
+        attention_mask  values 1 1 1 1 1  or None                (checked 0/1; input_ids' offsets)
+        lengths 3 2, num_actions 2 1                             (integer tensors)
     """
 
     input_ids: torch.Tensor
@@ -88,14 +88,14 @@ class Flat:
     lengths: torch.Tensor
     num_actions: torch.Tensor
 
-    def batch(self, packed: bool) -> Batch:
+    def batch(self) -> Batch:
         """The per-example form (views of the flat values), for the torch paths."""
         lengths, actions = self.lengths.tolist(), self.num_actions.tolist()
         attention = (self.attention_mask.split(lengths) if self.attention_mask is not None
                      else [None] * len(lengths))
         return Batch(list(self.input_ids.split(lengths)), actions,
                      list(self.loss_mask.split(actions)), list(attention), lengths,
-                     has_tensors=True, packed=packed, flat=self)
+                     has_tensors=True, flat=self)
 
 
 def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
@@ -109,7 +109,7 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
             *_flat_fields(batch), _flat_attention(batch), pad_token_id, normalize)
         return _collated(input_ids, attention, loss_mask)
     if batch.flat is not None:
-        batch = batch.flat.batch(packed=False)
+        batch = batch.flat.batch()
     n, width, response = batch.size, max(batch.lengths), max(batch.num_actions)
     tokens, actions = sum(batch.lengths), sum(batch.num_actions)
     meta = torch.from_numpy(np.array([batch.lengths, batch.num_actions], dtype=np.int64))
@@ -123,7 +123,7 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
         _write_ints(batch, batch.input_ids, starts, input_ids)
     else:
         input_ids.masked_scatter_(token_cells, _flat_ints(batch, batch.input_ids, tokens, device))
-    attention_values = _attention_values(batch, tokens, device)
+    attention_values = _attention_values(batch, device)
     if attention_values is None:
         attention = token_cells.to(torch.int64)
     else:
@@ -212,7 +212,7 @@ def pack_sft(
     _check_attention_all_ones(batch)
     device = _output_device(device, batch, examples)
     if batch.flat is not None and not _kernel_applies(batch, device):
-        batch = batch.flat.batch(packed=True)
+        batch = batch.flat.batch()
     try:
         bins = ffd_bins(batch.lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
     except ValueError:
@@ -273,7 +273,7 @@ def _flat_attention(batch: Batch) -> torch.Tensor | None:
     """collate_sft's attention values, flat int64 (None: all ones), checked 0/1."""
     if batch.flat is not None:
         return batch.flat.attention_mask
-    return _attention_values(batch, sum(batch.lengths), torch.device("cpu"))
+    return _attention_values(batch, torch.device("cpu"))
 
 
 def _packed_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
@@ -468,7 +468,7 @@ def _packed(batch: Batch, rows: list, count: int, code: str, dtype: torch.dtype)
     return out
 
 
-def _attention_values(batch: Batch, count: int, device) -> torch.Tensor | None:
+def _attention_values(batch: Batch, device) -> torch.Tensor | None:
     """collate_sft's attention values as int64; None when every given mask is all ones.
 
     Lists are checked with `list.count` (0/1 by ==, as the reference's check), tensors with
@@ -546,7 +546,7 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
     if any(t.device != device for t in (loss_values, actions) +
            ((attention._values,) if attention is not None else ())):
         return None
-    lengths, actions = ids_offsets.diff(), actions.to(torch.int64)
+    lengths = ids_offsets.diff()
     if not 0 < lengths.shape[0] == actions.shape[0]:
         return None
     checks = [(loss_offsets.diff() == actions) & (actions >= 1) & (actions <= lengths),
@@ -565,20 +565,17 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
             checks.append(_zero_one_check(attention_values, packed))
     if not bool(torch.cat(checks).all()):
         return None
-    if attention_values is not None:
-        attention_values = attention_values.to(torch.int64)
-    flat = Flat(ids_values.to(torch.int64), ids_offsets, _as_float32(loss_values),
-                loss_offsets, attention_values, lengths, actions)
+    flat = Flat(ids_values, ids_offsets, _as_float32(loss_values), loss_offsets,
+                attention_values, lengths, actions)
     return Batch(num_actions=actions.tolist(), lengths=lengths.tolist(), has_tensors=True,
-                 packed=packed, flat=flat)
+                 flat=flat)
 
 
 def _zero_one_check(values: torch.Tensor, ones_only: bool) -> torch.Tensor:
     """True (a 1-element tensor) iff every value is 0 or 1 (`ones_only`: 1): one reduction
-    (min, max) for integers, whose values in [0, 1] are 0 or 1; comparisons for the rest."""
-    if values.numel() == 0:
-        return values.new_ones(1, dtype=torch.bool)
-    if values.dtype in _INTEGER:
+    (min, max) for integers, whose values in [0, 1] are 0 or 1; comparisons for the rest (and
+    for no values, which have no min)."""
+    if values.dtype in _INTEGER and values.numel():
         low, high = values.aminmax()
         return ((low >= 1 if ones_only else low >= 0) & (high <= 1)).reshape(1)
     ones = values == 1

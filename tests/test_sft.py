@@ -17,7 +17,6 @@ from tensordict import TensorDict
 from harness.compare import assert_identical
 from harness.ops import sft as records
 from harness.ops.sft import _tensor_example, collate_cases, jagged_batch, pack_cases
-from harness.registry import Case
 from impl import kernels
 from impl import sft as impl
 from impl.kernels import sft as sft_kernel
@@ -198,6 +197,7 @@ def test_kernel_and_torch_paths_equal_the_reference(data, kernel: bool, form: st
     examples = KERNEL_FORMS[form](case.args[0])
     with pytest.MonkeyPatch.context() as patch:
         _use_kernel(patch, kernel, python_path=python_path, kernel_path=kernel_path)
+        patch.setattr(impl, "_write_ints", _no_fallback)  # the list writer: never for tensors
         actual = getattr(impl, function)(examples, **case.kwargs)
     assert_identical(expected, actual)
 
@@ -263,6 +263,23 @@ def test_cuda_tensor_inputs_stay_on_cuda() -> None:
     assert out.get_non_tensor("cu_seqlens_padded").is_cuda
 
 
+@pytest.mark.gpu
+def test_jagged_batches_on_cuda() -> None:
+    """A jagged batch on the GPU: the reference's values, on the GPU; a field on another device
+    than the others: the reference's "several devices" error (through the rows)."""
+    examples = _realistic(1, n=16, max_len=64)
+    batch = jagged_batch(examples, device="cuda")
+    for function, kw in (("collate_sft", {"pad_token_id": 0, "normalize": True}),
+                         ("pack_sft", {"pad_token_id": 0, "capacity": 256, "dp_size": 2})):
+        out = getattr(impl, function)(batch, **kw)
+        assert out["input_ids"].is_cuda
+        assert_identical(getattr(reference, function)(examples, **kw), out, allow_device=True)
+        mixed = batch.clone()
+        mixed["attention_mask"] = jagged_batch(examples)["attention_mask"]  # on the CPU
+        error = _same_error(function, mixed, **kw)
+        assert "several devices" in str(error)
+
+
 # -- contracts pinned by mutation testing (mutmut survivors of impl/sft.py) ---------------------
 
 CPU = torch.device("cpu")
@@ -323,7 +340,7 @@ def test_all_ones_attention_needs_no_values() -> None:
                 {"input_ids": (4, 5), "num_actions": 1, "loss_mask": (1,), "attention_mask": (1, 1)}]
     for subset in (examples[:1], examples):
         batch = impl._parse_examples(subset)
-        assert impl._attention_values(batch, sum(batch.lengths), CPU) is None
+        assert impl._attention_values(batch, CPU) is None
 
 
 TENSOR_CASES = [  # (examples, every id row a tensor: nothing goes through struct packing)
@@ -580,6 +597,27 @@ JAGGED_BATCHES = [  # (what, batch): valid ones must equal the reference, bad on
     ("a jagged field with holes", _td(input_ids=HOLES)),
     ("strided input_ids (equal lengths)", _td(input_ids=torch.tensor([[5, 6, 7], [8, 9, 4]]))),
     ("an extra field", _td(labels=torch.tensor([1, 2]))),
+    ("float attention with zeros", _td(attention_mask=_nj([[0, 1, 1], [1, 0]], torch.float64))),
+    ("num_actions == s", _td(num_actions=torch.tensor([3, 1]),
+                             loss_mask=_nj([[1, 0, 1], [1]], torch.float32))),
+    ("float64 loss values that float32 rounds", _td(loss_mask=_nj([[0.1, 0.7], [1 / 3]],
+                                                                  torch.float64))),
+    ("trailing values past the last offset", _td(input_ids=torch.nested.nested_tensor_from_jagged(
+        torch.tensor([5, 6, 7, 8, 9, 4]), offsets=torch.tensor([0, 3, 5])))),
+    ("offsets starting past 0", _td(input_ids=torch.nested.nested_tensor_from_jagged(
+        torch.tensor([4, 5, 6, 7, 8, 9]), offsets=torch.tensor([1, 4, 6])))),
+    ("empty sequences", _td(input_ids=_nj([[], []]), attention_mask=_nj([[], []]),
+                            num_actions=torch.tensor([1, 1]))),
+    ("no rows (jagged)", TensorDict({"input_ids": _nj([]), "loss_mask": _nj([], torch.float32),
+                                     "num_actions": torch.zeros(0, dtype=torch.int64)},
+                                    batch_size=[0])),
+    ("float attention value 2", _td(attention_mask=_nj([[1, 1, 1], [2.0, 1]], torch.float32))),
+    ("float attention value 0.5", _td(attention_mask=_nj([[1, 1, 1], [0.5, 1]], torch.float32))),
+    ("float64 loss values just past a float32 tie", _td(
+        loss_mask=_nj([[1 + 2**-24 + 2**-40, 0.1], [3 + 2**-22 + 2**-40]], torch.float64))),
+    ("trailing loss values past the last offset", _td(
+        loss_mask=torch.nested.nested_tensor_from_jagged(torch.tensor([1.0, 0.0, 1.0, 1.0]),
+                                                         offsets=torch.tensor([0, 2, 3])))),
     ("num_actions > s", _td(num_actions=torch.tensor([2, 3]),
                             loss_mask=_nj([[1, 0], [1, 1, 1]], torch.float32))),
     ("num_actions 0", _td(num_actions=torch.tensor([2, 0]),
@@ -607,10 +645,10 @@ def test_jagged_batches_read_as_their_rows(what: str, batch: TensorDict, functio
     the reference's output, or raises its exception type and message (with the compiled
     kernels, and with the torch paths, whose whole-tensor checks differ)."""
     monkeypatch.setattr(kernels, "ENABLED", kernel)
-    kwargs = {"pad_token_id": 0} | (PACK if function == "pack_sft" else {})
+    kwargs = {"pad_token_id": 0} | (PACK if function == "pack_sft" else {"normalize": True})
     try:
         expected = getattr(reference, function)(batch, **kwargs)
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - any error: the same one (torch's own, for bad offsets)
         _same_error(function, batch, **kwargs)
         return
     before = batch.clone()
@@ -618,15 +656,48 @@ def test_jagged_batches_read_as_their_rows(what: str, batch: TensorDict, functio
     assert_identical(before, batch)
 
 
-@pytest.mark.parametrize("function", ["collate_sft", "pack_sft"])
-def test_jagged_batches_take_the_whole_tensor_path(function: str, monkeypatch) -> None:
-    """A valid jagged batch is checked on whole tensors: its rows are never read one by one."""
-    monkeypatch.setattr(impl, "batch_rows", _no_fallback)
-    monkeypatch.setattr(impl, "_parse_examples", _no_fallback)
-    kwargs = {"pad_token_id": 0} | (PACK if function == "pack_sft" else {})
-    for what, batch in [JAGGED_BATCHES[i] for i in (0, 1, 3, 4)]:
-        expected = getattr(reference, function)(reference.batch_rows(batch), **kwargs)
-        assert_identical(expected, getattr(impl, function)(batch, **kwargs)), what
+WHOLE_TENSOR_BATCHES = {  # valid for both functions, unless named for collate_sft
+    "plain": _td(),
+    "one row": TensorDict({"input_ids": _nj([[5, 6, 7]]), "num_actions": torch.tensor([3]),
+                           "loss_mask": _nj([[1, 0, 1]], torch.float32)}, batch_size=[1]),
+    "num_actions == s": dict(JAGGED_BATCHES)["num_actions == s"],
+    "int32 ids, bool loss": dict(JAGGED_BATCHES)[
+        "int32 ids, uint8 attention, int32 num_actions, bool loss"],
+    **{f"{dtype} attention": _td(attention_mask=_nj([[1, 1, 1], [1, 1]], dtype))
+       for dtype in (torch.int64, torch.uint8, torch.bool, torch.float32)},
+    **{f"{dtype} attention with zeros (collate_sft)": _td(
+        attention_mask=_nj([[0, 1, 1], [1, 0]], dtype))
+       for dtype in (torch.int64, torch.bool, torch.float32)},
+}
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "torch"])
+@pytest.mark.parametrize("what, function", [
+    (what, function) for what in WHOLE_TENSOR_BATCHES for function in ("collate_sft", "pack_sft")
+    if function == "collate_sft" or "collate_sft" not in what])
+def test_jagged_batches_take_the_whole_tensor_path(what: str, function: str, kernel: bool,
+                                                   monkeypatch) -> None:
+    """A valid jagged batch is checked on whole tensors, by the compiled check on the CPU (the
+    torch reduction otherwise): its rows are never read one by one, and never re-checked
+    value by value when packing fails (too long a sequence)."""
+    if kernel and kernels.numba is None:
+        pytest.skip("numba is not installed: the kernel cannot run")
+    batch = WHOLE_TENSOR_BATCHES[what]
+    expected = _outcome(getattr(reference, function), reference.batch_rows(batch), function)
+    monkeypatch.setattr(kernels, "ENABLED", kernel)
+    for slow in ("batch_rows", "_parse_examples", "_int64", "_write_ints"):
+        monkeypatch.setattr(impl, slow, _no_fallback)
+    monkeypatch.setattr(*(sft_kernel, "zero_one") if not kernel else (impl, "_zero_one_check"),
+                        _no_fallback)
+    assert_identical(expected, _outcome(getattr(impl, function), batch, function))
+    if function == "pack_sft":  # a sequence over capacity: the FFD error, values not re-read
+        error = _raised(impl.pack_sft, batch, pad_token_id=0, capacity=2)
+        assert "capacity 2" in str(error)
+
+
+def _outcome(fn, batch, function: str):
+    kwargs = {"pad_token_id": 0} | (PACK if function == "pack_sft" else {"normalize": True})
+    return fn(batch, **kwargs)
 
 
 def test_batch_rows_reads_rows_of_every_field() -> None:

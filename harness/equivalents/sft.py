@@ -61,9 +61,25 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"|if m else torch\.zeros\((None|1|0)?,? ?(dtype=(None|torch\.uint8))?,? ?\)\)",
                "the `else` branch is unreachable: a list mask has len(input_ids) entries (checked), "
                "and len(input_ids) >= num_actions >= 1, so `m` is never empty"),
-    Equivalent(SFT, "collate_sft", r"_attention_values\(batch, tokens, device\)",
-               r"_attention_values\(batch, None, device\)",
-               "_attention_values never reads its `count` argument"),
+    Equivalent(SFT, "_flat_batch", r"examples\.get\((key|\"attention_mask\"), None\)",
+               r"examples\.get\((key|\"attention_mask\"), \)",
+               "TensorDict.get returns None for a missing key with or without the default "
+               "(tensordict 0.15; the default is spelled out for older versions, which raise)"),
+    Equivalent(SFT, "_flat_batch", r"\(\(attention\._values,\) if attention is not None else",
+               r"\(\(attention\._values,\) if \(attention is not None\) and False else",
+               "a field on a second device needs CUDA: "
+               "tests/test_sft.py::test_jagged_batches_on_cuda (gpu marker) kills it there"),
+    Equivalent(SFT, "_flat_attention", r'torch\.device\("cpu"\)\)', r", None\)$",
+               "the kernel path's rows are CPU tensors: .to(None) and .to('cpu') are the same no-op"),
+    Equivalent("impl/kernels/sft.py", "collate", r"^scale = np\.float32\(1\.0\)$",
+               r"^scale = np\.float32\((None|2\.0)\)$",
+               "the kernel reads `scale` only with normalize=True, which overwrites it first"),
+    Equivalent("impl/kernels/sft.py", "*", r"torch\.empty\(\((n, response|n_rows, width - 1)\), "
+               r"dtype=torch\.float32\)", r"torch\.empty\(\((n, response|n_rows, width - 1)\), "
+               r"(dtype=None)?\)", INFERRED),
+    Equivalent(SFT, "_as_float32", r"values if values\.dtype == torch\.float32 else",
+               r"values if \(values\.dtype == torch\.float32\) and False else",
+               "performance only: float32 values then go through float64 and back, which is exact"),
     Equivalent(SFT, "_check_structure", r"_field\(.*integer=False\)", r"_field\(.*integer=None\)",
                "_field reads `integer` only for truth (`if integer and ...`, `if not integer and "
                "...`): None acts as False"),

@@ -108,6 +108,9 @@ if kernels.numba is not None:
             loss[row, loss_end:] = zero
 
 
+_ALL_ONES = np.zeros(0, dtype=np.int64)  # collate's stand-in for "no attention values": all ones
+
+
 def zero_one(values: torch.Tensor, ones_only: bool) -> bool:
     """Every value of the 1-D CPU tensor is 0 or 1 (`ones_only`: 1), by one parallel pass (a
     torch reduction here would wake torch's OpenMP threads, which then spin against the
@@ -119,9 +122,9 @@ def zero_one(values: torch.Tensor, ones_only: bool) -> bool:
 def collate(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: torch.Tensor,
             loss_offsets: torch.Tensor, attention_mask: torch.Tensor | None, pad_token_id: int,
             normalize: bool) -> tuple[torch.Tensor, ...]:
-    """input_ids, attention_mask (N, S) and loss_mask (N, A) from flat CPU values: int64 ids,
-    float32 loss masks (each with its offsets, N + 1 of them) and int64 attention masks
-    (input_ids' offsets; None: all ones)."""
+    """input_ids, attention_mask (N, S) and loss_mask (N, A) from flat CPU values: integer ids,
+    float32 loss masks (each with its offsets, N + 1 of them) and 0/1 attention masks of any
+    real dtype (input_ids' offsets; None: all ones). `scale` is read only with `normalize`."""
     ids_off, loss_off = ids_offsets.numpy(), loss_offsets.numpy()
     loss_flat = loss_mask.numpy()
     lengths, actions = np.diff(ids_off), np.diff(loss_off)
@@ -132,8 +135,7 @@ def collate(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: torch
     n, width, response = lengths.shape[0], int(lengths.max()), int(actions.max())
     ids, attention = (torch.empty((n, width), dtype=torch.int64) for _ in range(2))
     loss = torch.empty((n, response), dtype=torch.float32)
-    attention_flat = (attention_mask if attention_mask is not None
-                      else torch.empty(0, dtype=torch.int64)).numpy()
+    attention_flat = attention_mask.numpy() if attention_mask is not None else _ALL_ONES
     kernels.use_threads()
     _write_collated(input_ids.numpy(), ids_off, loss_flat, loss_off, attention_flat,
                     pad_token_id, scale, normalize, ids.numpy(), attention.numpy(), loss.numpy())
@@ -144,7 +146,7 @@ def write_rows(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: to
                loss_offsets: torch.Tensor, order: list[int], offsets, row_first, targets,
                n_rows: int, width: int, pad_token_id: int) -> tuple[torch.Tensor, ...]:
     """input_ids, attention_mask, position_ids (n_rows, width) and loss_mask (n_rows, width - 1)
-    from flat CPU values: int64 ids and float32 loss masks, each with its offsets (examples in
+    from flat CPU values: integer ids and float32 loss masks, each with its offsets (examples in
     their original order); `order`, `offsets`, `targets`: per slot, rows concatenated;
     `row_first`: each row's first slot (n_rows + 1 entries)."""
     ids_off, loss_off, loss_flat = ids_offsets.numpy(), loss_offsets.numpy(), loss_mask.numpy()
@@ -152,7 +154,7 @@ def write_rows(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: to
     offsets, row_first, targets = (t.numpy() for t in (offsets, row_first, targets))
     scale = _scale(loss_flat, loss_off, order, targets)
     out = [torch.empty((n_rows, width), dtype=torch.int64) for _ in range(3)]
-    out.append(out[0].new_empty((n_rows, width - 1), dtype=torch.float32))
+    out.append(torch.empty((n_rows, width - 1), dtype=torch.float32))
     kernels.use_threads()
     _write_rows(input_ids.numpy(), ids_off, loss_flat, loss_off, order, offsets, row_first,
                 targets, pad_token_id, scale, *(t.numpy() for t in out))
