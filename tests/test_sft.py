@@ -579,6 +579,11 @@ def _td(**fields) -> TensorDict:
     return TensorDict({k: v for k, v in fields.items() if v is not None}, batch_size=[2])
 
 
+def _with_note(batch: TensorDict) -> TensorDict:
+    batch.set_non_tensor("source", "a non-tensor entry: skipped")
+    return batch
+
+
 HOLES = torch.nested.nested_tensor_from_jagged(torch.tensor([5, 6, 7, 0, 8, 9]),
                                                offsets=torch.tensor([0, 4, 6]),
                                                lengths=torch.tensor([3, 2]))
@@ -597,6 +602,7 @@ JAGGED_BATCHES = [  # (what, batch): valid ones must equal the reference, bad on
     ("a jagged field with holes", _td(input_ids=HOLES)),
     ("strided input_ids (equal lengths)", _td(input_ids=torch.tensor([[5, 6, 7], [8, 9, 4]]))),
     ("an extra field", _td(labels=torch.tensor([1, 2]))),
+    ("a non-tensor entry", _with_note(_td())),
     ("float attention with zeros", _td(attention_mask=_nj([[0, 1, 1], [1, 0]], torch.float64))),
     ("num_actions == s", _td(num_actions=torch.tensor([3, 1]),
                              loss_mask=_nj([[1, 0, 1], [1]], torch.float32))),
