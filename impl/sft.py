@@ -559,8 +559,11 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
             return None
         attention_values = attention._values
         if device.type == "cpu" and kernels.available():
-            if not sft_kernel.zero_one(attention_values, ones_only=packed):
+            zero_one, all_ones = sft_kernel.zero_one(attention_values)
+            if not (all_ones or zero_one and not packed):
                 return None
+            if all_ones:  # as if not given: the kernel writes the ones without reading them
+                attention_values = None
         else:
             checks.append(_zero_one_check(attention_values, packed))
     if not bool(torch.cat(checks).all()):

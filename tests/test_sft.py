@@ -714,3 +714,16 @@ def test_batch_rows_reads_rows_of_every_field() -> None:
         {"input_ids": [5, 6, 7], "num_actions": 2, "loss_mask": [1.0, 0.0]},
         {"input_ids": [8, 9], "num_actions": 1, "loss_mask": [1.0]}]
     assert reference.batch_rows(TWO) is TWO
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_all_ones_jagged_attention_is_not_read_again(packed: bool) -> None:
+    """The compiled check finds an all-ones attention mask: the batch then drops it (the
+    kernels write the ones without reading 8 bytes a token again); 0/1 values are kept."""
+    if kernels.numba is None:
+        pytest.skip("numba is not installed: the compiled check cannot run")
+    ones = impl._parse(_td(attention_mask=_nj([[1, 1, 1], [1, 1]])), packed=packed)
+    assert ones.flat is not None and ones.flat.attention_mask is None
+    if not packed:
+        zeros = impl._parse(_td(attention_mask=_nj([[0, 1, 1], [1, 1]])))
+        assert zeros.flat.attention_mask.tolist() == [0, 1, 1, 1, 1]

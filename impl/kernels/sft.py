@@ -36,11 +36,12 @@ if kernels.numba is not None:
     from numba import njit, prange
 
     @njit(parallel=True, cache=True)
-    def _count_not_zero_one(values, ones_only):
-        bad = 0
+    def _count_zeros_and_others(values):
+        zeros = others = 0
         for j in prange(values.shape[0]):
-            bad += (values[j] != 1) & (ones_only | (values[j] != 0))
-        return bad
+            zeros += values[j] == 0
+            others += (values[j] != 0) & (values[j] != 1)
+        return zeros, others
 
     # reassociated sums: every order gives the exact sum when the values are small integers,
     # and any other sum is discarded for math.fsum
@@ -111,12 +112,13 @@ if kernels.numba is not None:
 _ALL_ONES = np.zeros(0, dtype=np.int64)  # collate's stand-in for "no attention values": all ones
 
 
-def zero_one(values: torch.Tensor, ones_only: bool) -> bool:
-    """Every value of the 1-D CPU tensor is 0 or 1 (`ones_only`: 1), by one parallel pass (a
-    torch reduction here would wake torch's OpenMP threads, which then spin against the
+def zero_one(values: torch.Tensor) -> tuple[bool, bool]:
+    """(every value of the 1-D CPU tensor is 0 or 1, every value is 1), by one parallel pass
+    (a torch reduction here would wake torch's OpenMP threads, which then spin against the
     kernels' threads on a small machine)."""
     kernels.use_threads()
-    return _count_not_zero_one(values.numpy(), ones_only) == 0
+    zeros, others = _count_zeros_and_others(values.numpy())
+    return others == 0, zeros == 0 and others == 0
 
 
 def collate(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: torch.Tensor,
