@@ -89,12 +89,11 @@ class Flat:
     num_actions: torch.Tensor
 
     def batch(self) -> Batch:
-        """The per-example form (views of the flat values), for the torch paths."""
+        """The per-example form (views of the flat values), for pack_sft's torch path, which
+        places the examples in bin order (the attention masks were checked: not needed)."""
         lengths, actions = self.lengths.tolist(), self.num_actions.tolist()
-        attention = (self.attention_mask.split(lengths) if self.attention_mask is not None
-                     else [None] * len(lengths))
         return Batch(list(self.input_ids.split(lengths)), actions,
-                     list(self.loss_mask.split(actions)), list(attention), lengths,
+                     list(self.loss_mask.split(actions)), [None] * len(lengths), lengths,
                      has_tensors=True, flat=self)
 
 
@@ -106,10 +105,8 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
     device = _output_device(device, batch, examples)
     if _kernel_applies(batch, device):  # CPU tensors: one pass per row
         input_ids, attention, loss_mask = sft_kernel.collate(
-            *_flat_fields(batch), _flat_attention(batch), pad_token_id, normalize)
+            *_flat_fields(batch), _attention_values(batch, device), pad_token_id, normalize)
         return _collated(input_ids, attention, loss_mask)
-    if batch.flat is not None:
-        batch = batch.flat.batch()
     n, width, response = batch.size, max(batch.lengths), max(batch.num_actions)
     tokens, actions = sum(batch.lengths), sum(batch.num_actions)
     meta = torch.from_numpy(np.array([batch.lengths, batch.num_actions], dtype=np.int64))
@@ -122,7 +119,7 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
         starts = [i * width + width - s for i, s in enumerate(batch.lengths)]
         _write_ints(batch, batch.input_ids, starts, input_ids)
     else:
-        input_ids.masked_scatter_(token_cells, _flat_ints(batch, batch.input_ids, tokens, device))
+        input_ids.masked_scatter_(token_cells, _ids_in_order(batch, tokens, device))
     attention_values = _attention_values(batch, device)
     if attention_values is None:
         attention = token_cells.to(torch.int64)
@@ -130,7 +127,7 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
         attention = torch.zeros((n, width), dtype=torch.int64, device=device)
         attention.masked_scatter_(token_cells, attention_values)
     del token_cells, attention_values
-    loss_values, total = _flat_floats(batch, batch.loss_mask, actions, device)
+    loss_values, total = _loss_in_order(batch, actions, device)
     loss_mask = torch.zeros((n, response), dtype=torch.float32, device=device)
     loss_mask.masked_scatter_(torch.arange(response, device=device)
                               >= (response - num_actions)[:, None], loss_values)
@@ -269,11 +266,19 @@ def _flat_fields(batch: Batch) -> tuple[torch.Tensor, ...]:
     return torch.cat(batch.input_ids), ids_offsets, torch.cat(batch.loss_mask), loss_offsets
 
 
-def _flat_attention(batch: Batch) -> torch.Tensor | None:
-    """collate_sft's attention values, flat int64 (None: all ones), checked 0/1."""
+def _ids_in_order(batch: Batch, count: int, device) -> torch.Tensor:
+    """collate_sft's token ids, examples in order, as one int64 tensor on `device` (a jagged
+    batch's values as they are: no per-example split and concatenation)."""
     if batch.flat is not None:
-        return batch.flat.attention_mask
-    return _attention_values(batch, torch.device("cpu"))
+        return batch.flat.input_ids.to(device, torch.int64)
+    return _flat_ints(batch, batch.input_ids, count, device)
+
+
+def _loss_in_order(batch: Batch, count: int, device) -> tuple[torch.Tensor, float | None]:
+    """collate_sft's loss values, examples in order (see `_flat_floats`)."""
+    if batch.flat is not None:
+        return batch.flat.loss_mask.to(device), None
+    return _flat_floats(batch, batch.loss_mask, count, device)
 
 
 def _packed_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
@@ -473,7 +478,11 @@ def _attention_values(batch: Batch, device) -> torch.Tensor | None:
 
     Lists are checked with `list.count` (0/1 by ==, as the reference's check), tensors with
     one comparison over their concatenation; a mask with another value replays the reference.
+    A jagged batch's values were checked whole: they are cast, not split.
     """
+    if batch.flat is not None:
+        values = batch.flat.attention_mask
+        return None if values is None else values.to(device, torch.int64)
     masks, rows = batch.attention_mask, []
     if all(m is None or (type(m) in (list, tuple) and m.count(1) == len(m)) for m in masks):
         return None

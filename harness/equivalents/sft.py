@@ -69,8 +69,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"\(\(attention\._values,\) if \(attention is not None\) and False else",
                "a field on a second device needs CUDA: "
                "tests/test_sft.py::test_jagged_batches_on_cuda (gpu marker) kills it there"),
-    Equivalent(SFT, "_flat_attention", r'torch\.device\("cpu"\)\)', r", None\)$",
-               "the kernel path's rows are CPU tensors: .to(None) and .to('cpu') are the same no-op"),
     Equivalent("impl/kernels/sft.py", "collate", r"^scale = np\.float32\(1\.0\)$",
                r"^scale = np\.float32\((None|2\.0)\)$",
                "the kernel reads `scale` only with normalize=True, which overwrites it first"),
