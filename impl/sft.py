@@ -93,8 +93,8 @@ class Flat:
         places the examples in bin order (the attention masks were checked: not needed)."""
         lengths, actions = self.lengths.tolist(), self.num_actions.tolist()
         return Batch(list(self.input_ids.split(lengths)), actions,
-                     list(self.loss_mask.split(actions)), [None] * len(lengths), lengths,
-                     has_tensors=True, flat=self)
+                     list(self.loss_mask.split(actions)), lengths=lengths, has_tensors=True,
+                     flat=self)
 
 
 def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:

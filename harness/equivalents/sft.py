@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/sft.py` that no CPU test can kill (see the package docstring)."""
 
-from harness.equivalents import Equivalent
+from harness.equivalents import ON_CPU, Equivalent
 
 SFT = "impl/sft.py"
 INFERRED = ("the dtype torch / numpy infer is the one given: int64 from Python ints (numpy's default "
@@ -69,6 +69,16 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"\(\(attention\._values,\) if \(attention is not None\) and False else",
                "a field on a second device needs CUDA: "
                "tests/test_sft.py::test_jagged_batches_on_cuda (gpu marker) kills it there"),
+    Equivalent(SFT, "_ids_in_order", r"\.to\(device(, torch\.int64)?\)",
+               r"\.to\((None(, )?)?(torch\.int64)?\)", ON_CPU),
+    Equivalent(SFT, "_loss_in_order", r"\.to\(device(, torch\.int64)?\)",
+               r"\.to\((None(, )?)?(torch\.int64)?\)", ON_CPU),
+    Equivalent(SFT, "_attention_values", r"\.to\(device(, torch\.int64)?\)",
+               r"\.to\((None(, )?)?(torch\.int64)?\)", ON_CPU),
+    Equivalent(SFT, "collate_sft", r"_attention_values\(batch, device\), pad_token_id",
+               r"_attention_values\(batch, None\), pad_token_id",
+               "the kernel path runs on the CPU only, where the flat CPU values' .to(None) and "
+               ".to(device) are the same no-op"),
     Equivalent("impl/kernels/sft.py", "collate", r"^scale = np\.float32\(1\.0\)$",
                r"^scale = np\.float32\((None|2\.0)\)$",
                "the kernel reads `scale` only with normalize=True, which overwrites it first"),
