@@ -141,10 +141,22 @@ def tensor_rows(rows: list[list], dtype: torch.dtype) -> list[torch.Tensor]:
     return [torch.tensor(r, dtype=dtype) for r in rows]
 
 
-def jagged(rows: list[list], dtype: torch.dtype, device: str | torch.device = "cpu") -> torch.Tensor:
-    """The jagged input form: one flat values tensor plus offsets, as a torch jagged NJT."""
+HOLE = 7  # the value of the filler a jagged tensor with holes holds between its rows
+
+
+def jagged(rows: list[list], dtype: torch.dtype, device: str | torch.device = "cpu", *,
+           holes: bool = False) -> torch.Tensor:
+    """The jagged input form: one flat values tensor plus offsets, as a torch jagged NJT. With
+    `holes`, one filler value (`HOLE`) follows each row, outside it (`lengths` given): then
+    values() is not the rows concatenated.
+
+        rows [5 6] [8], holes  ->  values 5 6 7 8 7, offsets 0 3 5, lengths 2 1
+    """
+    filler = [HOLE] if holes else []
     row_lengths = torch.tensor([len(r) for r in rows], dtype=torch.int64)
     offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
-    offsets[1:] = torch.cumsum(row_lengths, 0)
-    flat = torch.tensor([v for r in rows for v in r], dtype=dtype)
-    return torch.nested.nested_tensor_from_jagged(flat.to(device), offsets=offsets.to(device))
+    offsets[1:] = torch.cumsum(row_lengths + len(filler), 0)
+    flat = torch.tensor([v for r in rows for v in [*r, *filler]], dtype=dtype)
+    return torch.nested.nested_tensor_from_jagged(
+        flat.to(device), offsets=offsets.to(device),
+        lengths=row_lengths.to(device) if holes else None)

@@ -25,6 +25,7 @@ from tensordict import TensorDict
 
 from impl import kernels
 from impl._cpu import byte_view, plain_rows
+from impl._jagged import without_holes
 from impl.kernels import rl_batch as rl_batch_kernel
 from reference import rl_batch as _spec
 from reference._checks import check_pad_token_id
@@ -337,8 +338,10 @@ def _flatten_tokens(rows, name, device):
     if isinstance(rows, torch.Tensor) and rows.is_nested:
         if rows.dim() != 2 or rows.is_floating_point() or rows.dtype == torch.bool:
             raise TypeError(f"{name} as a jagged tensor must be 2-D with integer token ids")
-        offsets = rows.offsets().to(device)
-        return torch.diff(offsets), rows.values().to(device=device, dtype=torch.int64)
+        if without_holes(rows):
+            offsets = rows.offsets().to(device)
+            return torch.diff(offsets), rows.values().to(device=device, dtype=torch.int64)
+        rows = list(rows.unbind())  # values() holds holes: read its rows, as the reference
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
         raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
     kinds = set(map(type, rows))
@@ -373,10 +376,12 @@ def _flatten_values(values, name, r_len, device, allow_scalar=False):
     if values is None:
         return None
     if isinstance(values, torch.Tensor) and values.is_nested:
-        lengths = torch.diff(values.offsets()).to(device)
-        _check_count(lengths.numel(), r_len.numel(), name)
-        _check_lengths(lengths, r_len, name)
-        return _Values(values.values().detach().to(device=device, dtype=torch.float32))
+        if without_holes(values):
+            lengths = torch.diff(values.offsets()).to(device)
+            _check_count(lengths.numel(), r_len.numel(), name)
+            _check_lengths(lengths, r_len, name)
+            return _Values(values.values().detach().to(device=device, dtype=torch.float32))
+        values = list(values.unbind())  # values() holds holes: read its rows, as the reference
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(f"{name} must be a list with one entry per sample, "
                         f"got {type(values).__name__}")

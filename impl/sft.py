@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torch.nested._internal.nested_tensor import NestedTensor
 
 from impl import kernels
 from impl._cpu import byte_view
+from impl._jagged import without_holes
 from impl.kernels import sft as sft_kernel
 from reference._checks import check_pad_token_id
 from reference.sft import (  # the contract's argument checks, shared with the oracle
@@ -596,8 +596,7 @@ def _zero_one_check(values: torch.Tensor, ones_only: bool) -> torch.Tensor:
 
 def _is_jagged(value, dtypes) -> bool:
     """A 2-D jagged tensor (NJT) without holes, of one of `dtypes`."""
-    return (type(value) is NestedTensor and value._ragged_idx == 1 and value._lengths is None
-            and value._values.dim() == 1 and value._values.dtype in dtypes)
+    return without_holes(value) and value._values.dtype in dtypes
 
 
 def _as_float32(values: torch.Tensor) -> torch.Tensor:

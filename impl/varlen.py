@@ -32,6 +32,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from impl import kernels
 from impl._cpu import byte_view, plain_rows, small_int_rows
+from impl._jagged import without_holes
 from impl.kernels import varlen as varlen_kernel
 from reference._checks import check_pad_token_id
 from reference.varlen import (  # the contract's argument checks, shared with the oracle
@@ -88,7 +89,7 @@ def _samples(prompts, responses, device: torch.device) -> _Samples:
 
 def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(flat int64 tokens on `device`, int64 lengths on the CPU) of one list of token rows."""
-    if _is_contiguous_jagged(rows):
+    if without_holes(rows):
         if rows.size(0) > 0:
             _check_token_dtype(rows.dtype, f"{name}[0]")  # the reference checks row by row
         values = rows.values().to(device=device, dtype=torch.int64)
@@ -100,12 +101,6 @@ def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch
     lengths = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
     flat = torch.cat([p.to(device) for p in parts]) if parts else torch.zeros(0, dtype=torch.int64)
     return flat.to(device=device, dtype=torch.int64), lengths
-
-
-def _is_contiguous_jagged(rows) -> bool:
-    """A 2-D jagged tensor without holes: its values() are exactly the rows, concatenated."""
-    return (isinstance(rows, torch.Tensor) and rows.is_nested and rows.layout == torch.jagged
-            and rows.dim() == 2 and rows.lengths() is None)
 
 
 def _flatten_lists(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -117,15 +117,16 @@ def _to_tensors(case: Case) -> Case:
                 kwargs)
 
 
-def _to_jagged(case: Case, device: str = "cpu") -> Case:
+def _to_jagged(case: Case, device: str = "cpu", holes: bool = False) -> Case:
+    """Every per-sample argument a jagged tensor (`holes`: with a filler after each row)."""
     prompts, responses = case.args
     kwargs = dict(case.kwargs)
     for name in ("rewards", "loss_masks", "logprobs"):
         value = kwargs.get(name)
         if value is not None and all(isinstance(v, list) for v in value):
-            kwargs[name] = hs.jagged(value, torch.float32, device)
-    return Case((hs.jagged(prompts, torch.int64, device), hs.jagged(responses, torch.int64, device)),
-                kwargs)
+            kwargs[name] = hs.jagged(value, torch.float32, device, holes=holes)
+    return Case((hs.jagged(prompts, torch.int64, device, holes=holes),
+                 hs.jagged(responses, torch.int64, device, holes=holes)), kwargs)
 
 
 def _on_device(case: Case, device: str) -> Case:
@@ -451,7 +452,8 @@ BUILD_RL_BATCH = register(OpInfo(
                  prop_max_seq_len_only_warns.__doc__, metamorphic=True),
     ],
     pins=BUILD_PINS,
-    forms={"lists": lambda c: c, "tensors": _to_tensors, "jagged": _to_jagged},
+    forms={"lists": lambda c: c, "tensors": _to_tensors, "jagged": _to_jagged,
+           "jagged with holes": lambda c: _to_jagged(c, holes=True)},
     devices=("cpu", "cuda"),
     to_device=_on_device,
     describe_row=describe_row,

@@ -57,11 +57,11 @@ def _lengths(case: Case) -> tuple[list[int], list[int]]:
     return [len(p) for p in prompts], [len(r) for r in responses]
 
 
-def _jagged_form(case: Case, device: str = "cpu") -> Case:
+def _jagged_form(case: Case, device: str = "cpu", holes: bool = False) -> Case:
     prompts, responses = case.args[-2:]
     head = case.args[:-2]
-    return case.replace(*head, hs.jagged(prompts, torch.int64, device),
-                        hs.jagged(responses, torch.int64, device))
+    return case.replace(*head, hs.jagged(prompts, torch.int64, device, holes=holes),
+                        hs.jagged(responses, torch.int64, device, holes=holes))
 
 
 def _tensor_form(case: Case) -> Case:
@@ -324,7 +324,8 @@ PACK_VARLEN = register(OpInfo(
                  prop_segments_never_cross.__doc__),
     ],
     pins=PACK_PINS,
-    forms={"lists": lambda c: c, "tensors": _tensor_form, "jagged": _jagged_form},
+    forms={"lists": lambda c: c, "tensors": _tensor_form, "jagged": _jagged_form,
+           "jagged with holes": lambda c: _jagged_form(c, holes=True)},
     devices=("cpu", "cuda"),
     to_device=_pack_on,
     describe_row=describe_samples,
@@ -798,7 +799,8 @@ RESPONSE_LOGPROBS = register(OpInfo(
                  metamorphic=True),
     ],
     pins=LOGPROB_PINS,
-    forms={"lists": lambda c: c, "jagged": _jagged_form},
+    forms={"lists": lambda c: c, "jagged": _jagged_form,
+           "jagged with holes": lambda c: _jagged_form(c, holes=True)},
     devices=("cpu", "cuda"),
     to_device=_model_case_on,
     describe_row=describe_samples,
