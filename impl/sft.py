@@ -77,7 +77,8 @@ class Flat:
         input_ids       values 5 6 7 8 9      offsets 0 3 5      (an integer dtype)
         loss_mask       values 1 0 1          offsets 0 2 3      (float32)
         attention_mask  values 1 1 1 1 1  or None                (checked 0/1; input_ids' offsets)
-        lengths 3 2, num_actions 2 1                             (integer tensors)
+
+    (The lengths and num_actions are the `Batch`'s lists.)
     """
 
     input_ids: torch.Tensor
@@ -85,16 +86,6 @@ class Flat:
     loss_mask: torch.Tensor
     loss_offsets: torch.Tensor
     attention_mask: torch.Tensor | None
-    lengths: torch.Tensor
-    num_actions: torch.Tensor
-
-    def batch(self) -> Batch:
-        """The per-example form (views of the flat values), for pack_sft's torch path, which
-        places the examples in bin order (the attention masks were checked: not needed)."""
-        lengths, actions = self.lengths.tolist(), self.num_actions.tolist()
-        return Batch(list(self.input_ids.split(lengths)), actions,
-                     list(self.loss_mask.split(actions)), lengths=lengths, has_tensors=True,
-                     flat=self)
 
 
 def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
@@ -208,8 +199,9 @@ def pack_sft(
     batch = _parse(examples, packed=True)
     _check_attention_all_ones(batch)
     device = _output_device(device, batch, examples)
-    if batch.flat is not None and not _kernel_applies(batch, device):
-        batch = batch.flat.batch()
+    kernel = _kernel_applies(batch, device)
+    if batch.flat is not None and not kernel:
+        batch = _per_example(batch)
     try:
         bins = ffd_bins(batch.lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
     except ValueError:
@@ -219,7 +211,7 @@ def pack_sft(
     plan = _Plan(batch, rows, align_size(tp_size, cp_size, fp8=fp8), device)
     n_rows, width = len(rows), plan.width
 
-    if _kernel_applies(batch, device):  # CPU tensors: one pass per row
+    if kernel:  # CPU tensors: one pass per row
         input_ids, attention, positions, loss_mask = sft_kernel.write_rows(
             *_flat_fields(batch), plan.order, plan.offset, plan.row_offsets, plan.targets,
             n_rows, width, pad_token_id)
@@ -240,6 +232,15 @@ def pack_sft(
     td.set_non_tensor("cu_seqlens_padded", plan.cu_seqlens_padded)
     td.set_non_tensor("response_length", width - 1)
     return td
+
+
+def _per_example(batch: Batch) -> Batch:
+    """A jagged batch as per-example views of its flat values, for pack_sft's torch path, which
+    places the examples in bin order (the attention masks were checked: not needed)."""
+    flat = batch.flat
+    return Batch(list(flat.input_ids.split(batch.lengths)), batch.num_actions,
+                 list(flat.loss_mask.split(batch.num_actions)), lengths=batch.lengths,
+                 has_tensors=True, flat=flat)
 
 
 def _kernel_applies(batch: Batch, device: torch.device) -> bool:
@@ -578,7 +579,7 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
     if not bool(torch.cat(checks).all()):
         return None
     flat = Flat(ids_values, ids_offsets, _as_float32(loss_values), loss_offsets,
-                attention_values, lengths, actions)
+                attention_values)
     return Batch(num_actions=actions.tolist(), lengths=lengths.tolist(), has_tensors=True,
                  flat=flat)
 
