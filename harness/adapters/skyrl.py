@@ -26,6 +26,7 @@ from tensordict import TensorDict
 from harness.adapters import Adapter, KnownDivergence, register_adapter
 from harness.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
 from harness.registry import BadCase, Case
+from reference._checks import check_pad_token_id
 
 PER_TOKEN = ("rewards", "loss_masks", "logprobs")
 
@@ -128,8 +129,12 @@ def all_rows_empty(case: Case) -> bool:
 
 
 def has_non_int_pad(case: Case) -> bool:
-    pad = case.kwargs.get("pad_token_id")
-    return not isinstance(pad, int) or isinstance(pad, bool) or not -2**63 <= pad < 2**63
+    """A pad_token_id the contract rejects (`reference._checks.check_pad_token_id`)."""
+    try:
+        check_pad_token_id(case.kwargs.get("pad_token_id"))
+    except (TypeError, ValueError):
+        return True
+    return False
 
 
 def left_layout(case: Case) -> bool:
