@@ -1,15 +1,16 @@
 # batchproof — set-up and the main jobs. Every target creates the environment if it is missing.
-#   make verify   set up, then `harness verify` on the built-in implementation (impl/)
-#   make test     set up, then `pytest -n auto`
-#   make zoo      set up, then the bug zoo's kill matrix (`harness mutate --zoo`)
-#   make bench    set up, then `harness bench`
+#   make verify      set up, then `batchproof verify` on the built-in implementation (impl/)
+#   make test        set up, then `pytest -n auto`
+#   make zoo         set up, then the bug zoo's kill matrix (`batchproof mutate --zoo`)
+#   make bench       set up, then `batchproof bench`
+#   make downstream  set up, then the downstream example against batchproof's built wheel
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.batchproof-installed
 
-.PHONY: setup verify test zoo bench lint mutmut clean
+.PHONY: setup verify test zoo bench lint mutmut downstream clean
 
 setup: $(STAMP)
 
@@ -23,22 +24,25 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 verify: setup
-	$(BIN)/harness verify
+	$(BIN)/batchproof verify
 
 test: setup
 	$(BIN)/python -m pytest -n auto
 
 zoo: setup
-	$(BIN)/harness mutate --zoo
+	$(BIN)/batchproof mutate --zoo
 
 bench: setup
-	$(BIN)/harness bench
+	$(BIN)/batchproof bench
 
 lint: setup
-	$(BIN)/ruff check harness reference impl tests benchmarks
+	$(BIN)/ruff check harness reference impl tests benchmarks examples
 
 mutmut: setup
-	$(BIN)/harness mutate --mutmut
+	$(BIN)/batchproof mutate --mutmut
+
+downstream: setup
+	$(BIN)/python examples/downstream/run_ci.py
 
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache mutants

@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-import impl.balance as impl
-import reference.balance as ref
+import batchproof.impl.balance as impl
+import batchproof.reference.balance as ref
 
 N, K = 8192, 64
 

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from harness.ops.nesting import (
+from batchproof.ops.nesting import (
     BENCH_BATCH,
     BENCH_MAX_PROMPT,
     BENCH_MAX_RESPONSE,
@@ -31,7 +31,7 @@ from harness.ops.nesting import (
     nesting_workload,
     verl_batch,
 )
-from harness.workloads import Workload
+from batchproof.workloads import Workload
 
 BATCH, MAX_PROMPT, MAX_RESPONSE = BENCH_BATCH, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE
 
@@ -56,7 +56,7 @@ def test_nest_unnest(benchmark, variant):
 
 
 def payload_numbers(device: str = "cpu") -> dict:
-    from impl import nesting as impl
+    from batchproof.impl import nesting as impl
 
     dense = verl_batch(device=device)
     nested = impl.nest_by_mask(dense, pad_token_id=0, strict=True)

@@ -18,10 +18,10 @@ import random
 
 import pytest
 
-from harness.compare import assert_logprobs_close
-from harness.models import tiny_model
-from impl import pipeline as impl
-from reference import pipeline as reference
+from batchproof.compare import assert_logprobs_close
+from batchproof.impl import pipeline as impl
+from batchproof.models import tiny_model
+from batchproof.reference import pipeline as reference
 
 CONFIG = dict(dp_size=4, mini_batch_size=8, max_tokens=1024, sp_size=2, pad_token_id=0,
               eos_token_id=1)

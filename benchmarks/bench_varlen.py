@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from harness import strategies as hs
-from harness.compare import assert_logprobs_close
-from harness.models import tiny_model
-from harness.workloads import flatten_floor, rl_batch_inputs, write_floor
-from impl import varlen as impl
-from reference import varlen as reference
+from batchproof import blocks as hs
+from batchproof.compare import assert_logprobs_close
+from batchproof.impl import varlen as impl
+from batchproof.models import tiny_model
+from batchproof.reference import varlen as reference
+from batchproof.workloads import flatten_floor, rl_batch_inputs, write_floor
 
 # --------------------------------------------------------------------------- pack_varlen
 

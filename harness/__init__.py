@@ -1,6 +1,54 @@
-"""batchproof's harness: registry, strategies, comparators, checks, CLI, bug zoo, adapters."""
+"""batchproof: property-based verification of LLM post-training batch layouts.
 
-import logging
+The public API (docs/api.md):
 
-# tensordict calls torch.fx.is_fx_tracing(), which logs a one-time deprecation warning
-logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    batchproof.check(fn, "rl_batch.build_rl_batch", *, adapter=None, ...)   run the CLI's checks
+    batchproof.assert_identical(expected, actual)                            the exact comparator
+    batchproof.strategies                                                    input generators
+    batchproof.CheckFailed, batchproof.Mismatch                              what they raise
+
+Everything else (`batchproof.registry`, `.checks`, `.ops`, `.zoo`, `.impl`, `.reference`, ...) is
+internal: it may change in any release. `batchproof.impl` and `batchproof.reference` hold the
+built-in implementation and the oracle; call them, but do not import their private names.
+
+Names are loaded on first use, so `import batchproof` stays cheap and changes no global state.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from batchproof import strategies
+    from batchproof.api import CheckFailed, CheckReport, check
+    from batchproof.compare import Mismatch, assert_identical
+
+try:
+    __version__ = version("batchproof")
+except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["CheckFailed", "CheckReport", "Mismatch", "__version__", "assert_identical", "check",
+           "strategies"]
+
+_LAZY = {
+    "check": "batchproof.api",
+    "CheckFailed": "batchproof.api",
+    "CheckReport": "batchproof.api",
+    "assert_identical": "batchproof.compare",
+    "Mismatch": "batchproof.compare",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "strategies":
+        return importlib.import_module("batchproof.strategies")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'batchproof' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

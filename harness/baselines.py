@@ -64,7 +64,7 @@ def numpy_rows_pack_sft(examples, *, pad_token_id: int, capacity: int, dp_size: 
                         tp_size: int = 1, cp_size: int = 1) -> dict[str, torch.Tensor]:
     """`pack_sft`'s dense outputs, placed by the impl's packing plan (FFD bins, shard-major rows,
     aligned offsets), with one slice assignment per example and field."""
-    from impl import sft
+    from batchproof.impl import sft
 
     ids = _rows_of(examples, "input_ids")
     loss_rows = _rows_of(examples, "loss_mask")

@@ -19,12 +19,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from harness import workloads
+from batchproof import workloads
 
 console = Console(width=None if Console().is_terminal else 140)
 
 def _nesting_workload(**kwargs) -> workloads.Workload:
-    from harness.ops.nesting import nesting_workload
+    from batchproof.ops.nesting import nesting_workload
 
     return nesting_workload(**kwargs)
 

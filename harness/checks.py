@@ -1,8 +1,14 @@
-"""The generic checks, instantiated from a registry record (see `harness.registry`).
+"""The generic checks, instantiated from a registry record (see `batchproof.registry`).
 
-Every runner — the pytest suite, `harness verify`, `harness mutate --zoo`, `harness check` — calls
-`run_check(info, check_name, candidate)`, which builds a Hypothesis test for that check on the fly
-and runs it under the active profile. Pinned historical cases are attached as `@example`s.
+Every runner — the pytest suite, `batchproof verify`, `batchproof mutate --zoo`, `batchproof check`,
+`batchproof.check()` — calls `run_check(info, check_name, candidate)`, which builds a Hypothesis
+test for that check on the fly and runs it under the active profile (or the settings it is given).
+Pinned historical cases are attached as `@example`s.
+
+What a failure means: a `HarnessError` is batchproof's own fault (the oracle rejected an input its
+strategy calls valid, or raised another exception than its registry record declares); any other
+exception is a divergence of the candidate (a `Mismatch`, a property's `AssertionError`, or an
+exception that escaped the candidate).
 """
 
 from __future__ import annotations
@@ -18,16 +24,25 @@ from hypothesis import example, given, target
 from hypothesis.control import currently_in_test_context
 from tensordict import TensorDictBase
 
-from harness.compare import Mismatch, assert_identical
-from harness.registry import BadCase, Candidate, Case, OpInfo
+from batchproof.compare import Mismatch, assert_identical
+from batchproof.registry import BadCase, Candidate, Case, OpInfo, Pin
+
+
+class HarnessError(AssertionError):
+    """batchproof itself is wrong (a registry record, a strategy, the oracle), not the candidate.
+
+    An `AssertionError`, so the bug zoo counts it as a failed check like any other (a planted
+    oracle bug shows up this way); the CLI reports it apart, with exit status 3."""
 
 
 @dataclass
 class CheckStats:
-    """What one check did: how many examples it ran (pins included)."""
+    """What one check did: how many examples it ran (pins included) and, when it failed, the last
+    input that failed — after Hypothesis' shrinking, the minimal one."""
 
     examples: int = 0
     notes: list[str] = field(default_factory=list)
+    failing: Case | BadCase | None = None
 
 
 def run_check(
@@ -38,31 +53,41 @@ def run_check(
     settings: hypothesis.settings | None = None,
     device: str = "cpu",
     stats: CheckStats | None = None,
+    seed: int | None = None,
+    reproduce: tuple[str, bytes | str] | None = None,
 ) -> CheckStats:
     """Run one named check of `info` against `candidate` (default: the record's `impl/` function).
 
     Raises the check's failure (an `AssertionError` subclass, or the exception that escaped the
     candidate) after Hypothesis has shrunk it; the shrunk case and the reproduction blob are in the
-    exception's `__notes__`.
+    exception's `__notes__`, the shrunk case also in `stats.failing`. `seed` fixes Hypothesis'
+    random search (`hypothesis.seed`); `reproduce` = (Hypothesis version, blob) replays one
+    failure (`hypothesis.reproduce_failure`).
     """
     stats = stats if stats is not None else CheckStats()
     messages = candidate is None  # impl/ raises the reference's own messages
     call = candidate if candidate is not None else _late_bound_impl(info)
+    search = dict(settings=settings, stats=stats, seed=seed, reproduce=reproduce)
     if check == "equivalence":
         body = lambda case: check_equivalence(info, case, call, device)
-        _run_given(info, check, body, info.valid, _valid_pins(info), settings, stats)
+        _run_given(info, check, body, info.valid, _valid_pins(info), **search)
     elif check == "errors":
         if info.invalid is None:
             raise ValueError(f"{info.name} declares no invalid inputs")
         body = lambda bad: check_error_parity(info, bad, call, device, messages)
-        _run_given(info, check, body, info.invalid, _bad_pins(info), settings, stats)
+        _run_given(info, check, body, info.invalid, _bad_pins(info), **search)
     elif check.startswith("property:"):
         prop = _property(info, check.removeprefix("property:"))
         body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, call, device)), call)
-        _run_given(info, check, body, info.valid, _valid_pins(info), settings, stats)
+        _run_given(info, check, body, info.valid, _valid_pins(info), **search)
     elif check.startswith("pin:"):
-        check_pin(info, check.removeprefix("pin:"), call, device, messages)
+        pin = _pin(info, check.removeprefix("pin:"))
         stats.examples += 1
+        try:
+            check_pin(info, pin.name, call, device, messages)
+        except BaseException:
+            stats.failing = pin.case
+            raise
     else:
         raise ValueError(f"unknown check {check!r} for {info.name}; known: {info.check_names()}")
     return stats
@@ -73,10 +98,14 @@ def _late_bound_impl(info: OpInfo) -> Candidate:
     return lambda *args, **kwargs: info.impl(*args, **kwargs)
 
 
-def _run_given(info, check, body, strategy, pins, settings, stats) -> None:
+def _run_given(info, check, body, strategy, pins, settings, stats, seed, reproduce) -> None:
     def test(case):
         stats.examples += 1
-        body(case)
+        try:
+            body(case)
+        except BaseException:
+            stats.failing = case  # Hypothesis replays the minimal failing case last
+            raise
 
     test.__name__ = f"{info.op}__{info.function}__{check.replace(':', '__')}"
     test.__qualname__ = test.__name__
@@ -87,14 +116,24 @@ def _run_given(info, check, body, strategy, pins, settings, stats) -> None:
         wrapped = example(case=pin)(wrapped)
     if settings is not None:
         wrapped = settings(wrapped)
+    if seed is not None:
+        wrapped = hypothesis.seed(seed)(wrapped)
+    if reproduce is not None:
+        version, blob = reproduce
+        wrapped = hypothesis.reproduce_failure(
+            version, blob.encode() if isinstance(blob, str) else blob)(wrapped)
     wrapped()
 
 
 def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: str = "cpu") -> None:
     """reference(case) == candidate(form(case)) for every input form; inputs left untouched."""
-    expected = case.call(info.reference)
+    expected = _oracle(info, case)
     for form_name, form in info.forms.items():
-        formed = form(case)
+        try:
+            formed = form(case)
+        except Exception as err:
+            raise HarnessError(f"registry error: {info.name}'s input form {form_name!r} failed "
+                               f"on {case.short()}: {type(err).__name__}: {err}") from err
         before = _snapshot(formed)
         actual = _call_on(info, formed, candidate, device)
         info.compare(
@@ -103,7 +142,7 @@ def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: st
             allow_device=device != "cpu",
             picture=info.picture,
             describe_row=_row_describer(info, case),
-            reproduce=f"{info.name}(*case) with input form {form_name!r}",
+            compared=f"the reference vs the candidate on the {form_name!r} input form",
             case=case,
         )
         try:
@@ -123,7 +162,7 @@ def check_error_parity(
     the argument and the row; another candidate owes only the type)."""
     ref_exc = _raised(bad.case, info.reference)
     if ref_exc is None or not isinstance(ref_exc, bad.raises):
-        raise AssertionError(
+        raise HarnessError(
             f"registry error: the reference raised {ref_exc!r}, not {bad.raises.__name__}, "
             f"for {bad!r}"
         )
@@ -151,9 +190,7 @@ def check_error_parity(
 def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu",
               messages: bool = False) -> None:
     """The pinned case: error parity, or equivalence + every property + its literal expectation."""
-    pin = next((p for p in info.pins if p.name == name), None)
-    if pin is None:
-        raise ValueError(f"{info.name} has no pin {name!r}")
+    pin = _pin(info, name)
     if isinstance(pin.case, BadCase):
         check_error_parity(info, pin.case, candidate, device, messages)
         return
@@ -164,8 +201,27 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
             prop.verify(pin.case, output, candidate)
         if pin.expect is not None:
             pin.expect(pin.case, output)
+    except HarnessError:
+        raise
     except AssertionError as err:
         raise Mismatch(f"pin {name!r} failed ({pin.why}):\n{err}") from None
+
+
+def _pin(info: OpInfo, name: str) -> Pin:
+    pin = next((p for p in info.pins if p.name == name), None)
+    if pin is None:
+        raise ValueError(f"{info.name} has no pin {name!r}")
+    return pin
+
+
+def _oracle(info: OpInfo, case: Case) -> Any:
+    """The reference's output on a valid case; its failure is batchproof's, not the candidate's."""
+    try:
+        return case.call(info.reference)
+    except Exception as err:
+        raise HarnessError(f"registry error: the reference {info.name} raised "
+                           f"{type(err).__name__}: {err} on an input its strategy calls valid: "
+                           f"{case.short()}") from err
 
 
 def _call_on(info: OpInfo, case: Case, candidate: Candidate, device: str) -> Any:

@@ -1,12 +1,20 @@
-"""The `harness` command line: verify, show, mutate, bench, check.
+"""The `batchproof` command line (`harness` is the same program under its old name).
 
-    harness verify [--op NAME ...] [--profile ci|nightly|dev|mutation] [--device cpu|cuda]
-                   [--impl impl|reference|PACKAGE|module:function] [--json FILE]
-    harness show --op NAME
-    harness mutate --zoo [--op NAME ...] [--jobs N] [--without CHECK ...] [--json FILE]
-    harness mutate --mutmut [--op NAME ...] [--since GIT_REV]
-    harness bench [--op NAME ...] [--device cpu|cuda] [--json FILE] [--pages warm|system]
-    harness check --impl skyrl|verl|module:function --op NAME
+    batchproof verify [--op NAME ...] [--check NAME ...] [--profile dev|ci|nightly|mutation]
+                      [--impl impl|reference|PACKAGE|module:function] [--device cpu|cuda]
+                      [--max-examples N] [--seed N] [--reproduce BLOB] [--json FILE]
+    batchproof check --impl skyrl|verl|module:function [--op NAME] [--adapter NAME]
+                     [--check NAME ...] [--profile P] [--max-examples N] [--seed N]
+                     [--reproduce BLOB] [--json FILE]
+    batchproof show --op NAME
+    batchproof list [ops|records|checks|adapters|profiles]
+    batchproof mutate --zoo [--op NAME ...] [--jobs N] [--without CHECK ...] [--json FILE]
+    batchproof mutate --mutmut [--op NAME ...] [--since GIT_REV]   (in a clone of the repository)
+    batchproof bench [--op NAME ...] [--device cpu|cuda] [--quick] [--json FILE]
+
+Exit status: 0 every check passed (mutate: every planted bug or mutant was killed); 1 a divergence
+was found (mutate: one survived); 2 a usage error; 3 the target could not be imported, or
+batchproof itself failed (a registry error, a check that could not run an example).
 """
 
 from __future__ import annotations
@@ -15,16 +23,32 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from batchproof.ops import OP_MODULES
+
 console = Console(width=None if Console().is_terminal else 140)
+
+OK, DIVERGENCE, USAGE, HARNESS = 0, 1, 2, 3
+PROG = "batchproof"
+
+
+class UsageError(Exception):
+    """A mistake in the command line: one line on stderr, exit status 2."""
+
+
+class TargetError(Exception):
+    """The function under test cannot be imported: one line on stderr, exit status 3."""
 
 
 @dataclass
@@ -32,82 +56,206 @@ class CheckResult:
     op: str
     function: str
     check: str
-    passed: bool
+    status: str  # pass | fail | error | not tested
     examples: int
     seconds: float
     device: str
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    minimal: str = ""
+    replay: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+
+def say(text: str = "", **kwargs: Any) -> None:
+    """Print text as it is: no rich markup (`[frameworks]` stays), no hard-wrapped lines."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True, **kwargs)
 
 
 # --------------------------------------------------------------------------- verify
 
 
+def import_target(target: str) -> Any:
+    """`module:function` (or `module:Class.attr`), importing from the current folder as
+    `python -m` does; a `TargetError` says why it cannot be had."""
+    from batchproof.adapters import FrameworkMissing, load_target
+
+    try:
+        return load_target(target)
+    except ValueError:
+        raise UsageError(f"--impl {target!r}: expected module:function") from None
+    except FrameworkMissing as err:
+        raise TargetError(f"--impl {target}: {err}") from None
+
+
 def resolve_candidate(info, impl: str):
-    """The function under test for one record: a package mirroring `impl/`, or module:function."""
+    """The function under test for one record: None for the built-in impl (late-bound, so the
+    bug zoo's patches are honoured), a package mirroring `impl/`, or module:function."""
     if ":" in impl:
-        module, _, function = impl.partition(":")
-        target = getattr(importlib.import_module(module), function)
+        target = import_target(impl)
         return lambda *a, **k: target(*a, **k)
     if impl == "impl":
-        return None  # the record's own late-bound impl
-    return lambda *a, **k: info.candidate_from(impl)(*a, **k)
+        return None
+    from batchproof.adapters import current_folder_importable
+
+    package = "batchproof.reference" if impl == "reference" else impl
+    current_folder_importable()
+    try:
+        module = importlib.import_module(f"{package}.{info.op}")
+    except Exception as err:  # noqa: BLE001
+        raise TargetError(f"--impl {impl}: cannot import {package}.{info.op}: "
+                          f"{type(err).__name__}: {err}") from err
+    if not callable(getattr(module, info.function, None)):
+        raise TargetError(f"--impl {impl}: {package}.{info.op} has no function {info.function}")
+    return lambda *a, **k: getattr(module, info.function)(*a, **k)
 
 
-def verify(ops, profile, device, impl, json_path) -> int:
+def select_records(ops: Sequence[str] | None):
+    """The records `--op` names (all by default), and those left out because an optional module
+    is missing; naming such a record itself is an error (exit 3)."""
+    from batchproof import registry
+
+    try:
+        infos = registry.select(ops)
+    except ValueError as err:
+        raise UsageError(f"{err} (see `batchproof list records`)") from None
+    runnable = [i for i in infos if not i.missing()]
+    left_out = [i for i in infos if i.missing()]
+    named = [i for i in left_out if ops and i.name in ops]
+    if named:
+        raise TargetError(f"{named[0].name} needs {', '.join(named[0].missing())}")
+    return runnable, left_out
+
+
+def select_checks(infos, checks: Sequence[str] | None) -> dict[str, list[str]]:
+    """record name -> the checks to run (`--check` names, or all)."""
+    if not checks:
+        return {i.name: i.check_names() for i in infos}
+    known = {c for i in infos for c in i.check_names()}
+    unknown = [c for c in checks if c not in known]
+    if unknown:
+        raise UsageError(f"unknown check {unknown[0]!r} for {[i.name for i in infos]} "
+                         "(see `batchproof list checks`)")
+    return {i.name: [c for c in i.check_names() if c in checks] for i in infos}
+
+
+def run_settings(max_examples: int | None):
+    """The loaded profile, one failure per check (the minimal one), `--max-examples` applied."""
     from hypothesis import settings
 
-    from harness import profiles, registry
-    from harness.checks import CheckStats, run_check
+    if max_examples is not None and max_examples < 1:
+        raise UsageError(f"--max-examples must be at least 1, got {max_examples}")
+    return settings(settings(), report_multiple_bugs=False,
+                    **({"max_examples": max_examples} if max_examples else {}))
 
+
+def reproduce_of(blob: str | None) -> tuple[str, str] | None:
+    import hypothesis
+
+    return (hypothesis.__version__, blob) if blob else None
+
+
+def verify(args: argparse.Namespace) -> int:
+    from batchproof import report
+    from batchproof.checks import CheckStats, run_check
+
+    if args.device == "cuda":
+        _need_cuda()
+    profile = _load_profile(args.profile)
     _one_thread_unless_asked()
-    profile = profiles.load(profile)
-    infos = registry.select(ops)
-    if ":" in impl and len(infos) != 1:
-        console.print("[red]--impl module:function needs --op naming exactly one record "
-                      f"(got {len(infos)}: {[i.name for i in infos]})[/red]")
-        return 2
+    infos, left_out = select_records(args.op)
+    if ":" in args.impl and len(infos) != 1:
+        raise UsageError(f"--impl {args.impl} needs --op naming exactly one record "
+                         f"(got {len(infos)}: {[i.name for i in infos]})")
+    if args.reproduce and not args.check:
+        raise UsageError("--reproduce replays one failure: give its --op and --check too")
+    wanted = select_checks(infos, args.check)
+    if args.device != "cpu":
+        infos = [i for i in infos if args.device in i.devices]
+    candidates = {i.name: resolve_candidate(i, args.impl) for i in infos}
+    chosen = run_settings(args.max_examples)
     results: list[CheckResult] = []
     started = time.perf_counter()
     with _progress() as progress:
         for op in dict.fromkeys(i.op for i in infos):
             records = [i for i in infos if i.op == op]
-            task = progress.add_task(op, total=sum(len(i.check_names()) for i in records))
+            task = progress.add_task(op, total=sum(len(wanted[i.name]) for i in records))
             for info in records:
-                if device != "cpu" and device not in info.devices:
-                    progress.advance(task, len(info.check_names()))
-                    continue
-                candidate = resolve_candidate(info, impl)
-                for check in info.check_names():
+                for check in wanted[info.name]:
                     progress.update(task, description=f"{op}: {info.function} {check}")
                     stats = CheckStats()
                     t0 = time.perf_counter()
+                    result = CheckResult(op, info.function, check, "pass", 0, 0.0, args.device)
                     try:
-                        run_check(info, check, candidate, settings=settings(), device=device,
-                                  stats=stats)
-                        passed, error, notes = True, "", []
+                        run_check(info, check, candidates[info.name], settings=chosen,
+                                  device=args.device, stats=stats, seed=args.seed,
+                                  reproduce=reproduce_of(args.reproduce))
                     except Exception as exc:  # noqa: BLE001 - reported, not raised
-                        passed, error = False, f"{type(exc).__name__}: {exc}"
-                        notes = list(getattr(exc, "__notes__", []))
-                    results.append(CheckResult(op, info.function, check, passed, stats.examples,
-                                               time.perf_counter() - t0, device, error, notes))
+                        failure = report.describe(exc, stats, info.function)
+                        failure.blob = failure.blob or args.reproduce or ""  # a replayed one
+                        result.status = "fail" if failure.kind == "divergence" else "error"
+                        result.error, result.notes = failure.message, failure.notes
+                        result.minimal = failure.minimal
+                        result.replay = report.command(
+                            _verify_words(args, info.name) + report.replay_words(check, failure))
+                    result.examples, result.seconds = stats.examples, time.perf_counter() - t0
+                    if result.passed and result.examples == 0:
+                        result.status = "not tested"
+                    results.append(result)
                     progress.advance(task)
             progress.update(task, description=op)
-    _print_summary(results, profile, device, impl, time.perf_counter() - started)
-    if json_path:
-        report = {"profile": profile, "device": device, "impl": impl,
-                  "passed": all(r.passed for r in results),
-                  "checks": [asdict(r) for r in results]}
-        with open(json_path, "w") as handle:
-            json.dump(report, handle, indent=2)
-        console.print(f"report written to {json_path}")
-    return 0 if results and all(r.passed for r in results) else 1
+    _print_summary(results, profile, args, time.perf_counter() - started, left_out)
+    code = exit_code(results)
+    if args.json:
+        verdict = {OK: "pass", DIVERGENCE: "divergence", HARNESS: "error"}[code]
+        document = {"profile": profile, "device": args.device, "impl": args.impl,
+                    "passed": code == OK, "verdict": verdict, "exit_status": code,
+                    "not_run": {i.name: i.missing() for i in left_out},
+                    "checks": [asdict(r) | {"passed": r.passed} for r in results]}
+        with open(args.json, "w") as handle:
+            json.dump(document, handle, indent=2)
+        say(f"report written to {args.json}")
+    return code
+
+
+def exit_code(results: Sequence[CheckResult]) -> int:
+    """3 when batchproof could not do its job (an error, a check with no example, nothing run),
+    else 1 when a check failed, else 0."""
+    if not results or any(r.status in ("error", "not tested") for r in results):
+        return HARNESS
+    return DIVERGENCE if any(r.status == "fail" for r in results) else OK
+
+
+def _verify_words(args: argparse.Namespace, record: str) -> list[str]:
+    words = [PROG, "verify", "--impl", args.impl, "--op", record]
+    if args.device != "cpu":
+        words += ["--device", args.device]
+    if args.profile:
+        words += ["--profile", args.profile]
+    return words
+
+
+def _need_cuda() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here")
+
+
+def _load_profile(name: str | None) -> str:
+    from batchproof import profiles
+
+    try:
+        return profiles.load(name)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _one_thread_unless_asked() -> None:
     """The checks run many tiny tensor ops: intra-op threads only contend (OMP_NUM_THREADS wins)."""
-    import os
-
     import torch
 
     if not os.environ.get("OMP_NUM_THREADS"):
@@ -119,87 +267,193 @@ def _progress() -> Progress:
                     TimeElapsedColumn(), console=console, transient=False)
 
 
-def _print_summary(results, profile, device, impl, seconds) -> None:
-    table = Table(title=f"harness verify — impl={impl}, profile={profile}, device={device}")
+_COLOUR = {"pass": "green", "fail": "red", "error": "red", "not tested": "yellow"}
+
+
+def _badge(status: str, count: int = 0) -> str:
+    label = status.upper() + (f" ({count})" if count else "")
+    return f"[{_COLOUR[status]}]{label}[/{_COLOUR[status]}]"
+
+
+def _print_summary(results, profile, args, seconds, left_out) -> None:
+    from batchproof.impl import kernels
+
+    placement = "numba kernels" if kernels.available() else "torch (no numba)"
+    table = Table(title=f"batchproof verify — impl={args.impl}, profile={profile}, "
+                        f"device={args.device}, CPU path: {placement}")
     for column in ("op", "function", "checks", "examples", "device", "result", "time"):
         table.add_column(column, justify="right" if column in ("checks", "examples", "time")
                          else "left")
     keys = list(dict.fromkeys((r.op, r.function) for r in results))
     for op, function in keys:
         rows = [r for r in results if (r.op, r.function) == (op, function)]
-        failed = [r for r in rows if not r.passed]
-        verdict = "[green]PASS[/green]" if not failed else f"[red]FAIL ({len(failed)})[/red]"
+        bad = [r for r in rows if not r.passed]
+        statuses = sorted({r.status for r in bad}, key=list(_COLOUR).index)
+        verdict = " ".join(_badge(s, sum(r.status == s for r in bad)) for s in statuses) \
+            if bad else _badge("pass")
         table.add_row(op, function, str(len(rows)), str(sum(r.examples for r in rows)),
-                      device, verdict, f"{sum(r.seconds for r in rows):.1f}s")
+                      args.device, verdict, f"{sum(r.seconds for r in rows):.1f}s")
     console.print(table)
     for r in (r for r in results if not r.passed):
-        console.rule(f"[red]{r.op}.{r.function} — {r.check}")
-        console.print(r.error, markup=False, highlight=False)
-        for note in r.notes:
-            console.print(note, markup=False, highlight=False)
+        console.rule(f"{r.op}.{r.function} — {r.check} ({r.status})", style="red")
+        for line in [r.error, *r.notes]:
+            say(line)
+        if r.status == "not tested":
+            say("the check ran no example: it did not pass")
+        if r.minimal:
+            say(f"minimal case: {r.minimal}")
+        if r.replay:
+            say(f"replay: {r.replay}")
+    for info in left_out:
+        say(f"not run: {info.name} needs {', '.join(info.missing())}")
     passed = sum(r.passed for r in results)
     colour = "green" if passed == len(results) else "red"
-    console.print(f"[{colour}]{passed}/{len(results)} checks passed[/{colour}] in {seconds:.1f}s")
+    counts = {s: sum(r.status == s for r in results) for s in ("fail", "error", "not tested")}
+    extra = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    console.print(f"[{colour}]{passed}/{len(results)} checks passed[/{colour}]"
+                  f"{f' ({extra})' if extra else ''} in {seconds:.1f}s"
+                  + (f"; {len(left_out)} record(s) not run" if left_out else ""))
 
 
 # --------------------------------------------------------------------------- show
 
 
-def show(ops) -> int:
-    from harness import registry
+def show(args: argparse.Namespace) -> int:
+    from batchproof import registry
 
-    infos = [i for i in registry.select(ops) if i.example is not None]
+    try:
+        selected = registry.select(args.op)
+    except ValueError as err:
+        raise UsageError(f"{err} (see `batchproof list records`)") from None
+    infos = [i for i in selected if i.example is not None]
     if not infos:
-        console.print(f"[red]no record of {ops} has an example to show[/red]")
-        return 2
+        raise UsageError(f"no record of {args.op} has an example to show")
     for info in infos:
+        if info.missing():
+            say(f"{info.name}: not shown, needs {', '.join(info.missing())}")
+            continue
         console.rule(f"{info.name} — {info.doc}")
-        console.print(f"input: {info.example.short(200)}", markup=False, highlight=False)
+        say(f"input: {info.example.short(200)}")
         output = info.example.call(info.reference)
         if info.show is not None:
             for line in info.show(info.example, output):
-                console.print(line, markup=False, highlight=False)
+                say(line)
             continue
         if info.picture is not None:
             for family, rows in info.picture(output).items():
-                console.print(f"{family}:")
+                say(f"{family}:")
                 for i, row in enumerate(rows):
-                    console.print(f"  row {i}  {row}", markup=False, highlight=False)
-            console.print("  (. pad, p prompt, r response)")
+                    say(f"  row {i}  {row}")
+            say("  (. pad, p prompt, r response)")
         console.print(output)
         _print_tensors(output)
-    return 0
+    return OK
 
 
 def _print_tensors(output: Any) -> None:
     from tensordict import TensorDictBase
 
     if not isinstance(output, TensorDictBase):
-        console.print(repr(output), markup=False, highlight=False)
+        say(repr(output))
         return
     for key in output.keys():
         value = output.get_non_tensor(key) if output.is_non_tensor(key) else output.get(key)
         text = value.tolist() if hasattr(value, "tolist") and not getattr(
             value, "is_nested", False) else value
-        console.print(f"{key} = {text}", markup=False, highlight=False)
+        say(f"{key} = {text}")
+
+
+# --------------------------------------------------------------------------- list
+
+LISTS = ("ops", "records", "checks", "adapters", "profiles")
+
+
+def list_things(args: argparse.Namespace) -> int:
+    wanted = [args.what] if args.what else list(LISTS)
+    for what in wanted:
+        {"ops": _list_ops, "records": _list_records, "checks": _list_checks,
+         "adapters": _list_adapters, "profiles": _list_profiles}[what]()
+    return OK
+
+
+def _list_ops() -> None:
+    from batchproof import registry
+
+    table = Table(title="ops (`--op NAME` takes an op or one record, op.function)")
+    for column in ("op", "records"):
+        table.add_column(column)
+    for op in OP_MODULES:
+        table.add_row(op, ", ".join(i.function for i in registry.all_ops() if i.op == op))
+    console.print(table)
+
+
+def _list_records() -> None:
+    from batchproof import registry
+
+    table = Table(title="records (one per contract function)")
+    for column in ("record", "checks", "input forms", "devices", "what it lays out"):
+        table.add_column(column, justify="right" if column == "checks" else "left")
+    for info in registry.all_ops():
+        doc = info.doc + (f" [needs {', '.join(info.missing())}]" if info.missing() else "")
+        table.add_row(info.name, str(len(info.check_names())), ", ".join(info.forms),
+                      ", ".join(info.devices), doc)
+    console.print(table, markup=False)
+
+
+def _list_checks() -> None:
+    from batchproof import registry
+
+    table = Table(title="checks (`--check NAME`)")
+    for column in ("record", "checks"):
+        table.add_column(column)
+    for info in registry.all_ops():
+        table.add_row(info.name, " ".join(info.check_names()))
+    console.print(table)
+
+
+def _list_adapters() -> None:
+    from batchproof import adapters
+
+    table = Table(title="adapters (`batchproof check --impl FRAMEWORK`)")
+    for column in ("adapter", "framework", "record", "target", "installed"):
+        table.add_column(column)
+    for a in adapters.all_adapters():
+        table.add_row(a.name, a.framework, a.record, a.target, a.version())
+    console.print(table)
+
+
+def _list_profiles() -> None:
+    from batchproof import profiles
+
+    table = Table(title=f"Hypothesis profiles (`--profile NAME`; default now: "
+                        f"{profiles.default_profile()})")
+    for column in ("profile", "examples", "derandomized", "database", "shrinks"):
+        table.add_column(column)
+    for name, chosen in profiles.PROFILES.items():
+        shrinks = "no" if "shrink" not in {p.name for p in chosen.phases} else "yes"
+        table.add_row(name, str(chosen.max_examples), "yes" if chosen.derandomize else "no",
+                      "none" if chosen.database is None else "local .hypothesis/", shrinks)
+    console.print(table)
 
 
 # --------------------------------------------------------------------------- mutate
 
 
-def mutate(args) -> int:
+def mutate(args: argparse.Namespace) -> int:
     if args.mutmut:
-        from harness import mutmut_driver
+        from batchproof import mutmut_driver
 
-        return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
-                                  json_path=args.json, markdown_path=args.markdown)
-    from harness.mutate import kill_matrix
-    from harness.zoo import all_entries
+        try:
+            return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
+                                      json_path=args.json, markdown_path=args.markdown)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+    from batchproof.mutate import kill_matrix
+    from batchproof.zoo import all_entries
 
-    entries = [e for e in all_entries() if not args.op or e.op in args.op]
+    entries = [e for e in all_entries() if not args.op or e.op in args.op or e.record in args.op]
     if not entries:
-        console.print(f"[red]no zoo entries for {args.op}[/red]")
-        return 2
+        raise UsageError(f"no zoo entries for --op {args.op}; ops: {list(OP_MODULES)}")
     started = time.perf_counter()
     with _progress() as progress:
         task = progress.add_task("bug zoo", total=len(entries))
@@ -236,7 +490,7 @@ def mutate(args) -> int:
             json.dump([asdict(r) for r in results], handle, indent=2)
     if args.markdown:
         _write_matrix_markdown(args.markdown, results, entries_by_name, args.profile)
-    return 0 if bad == 0 else 1
+    return OK if bad == 0 else DIVERGENCE
 
 
 def _write_matrix_markdown(path, results, entries_by_name, profile) -> None:
@@ -261,31 +515,108 @@ def _write_matrix_markdown(path, results, entries_by_name, profile) -> None:
         handle.write("\n".join(lines) + "\n")
 
 
+# --------------------------------------------------------------------------- bench and check
+
+
+def bench(args: argparse.Namespace) -> int:
+    from batchproof import bench as bench_module
+
+    if args.device == "cuda":
+        _need_cuda()
+    try:
+        return bench_module.main(ops=args.op, device=args.device, json_path=args.json,
+                                 quick=args.quick, pages=args.pages)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def check(args: argparse.Namespace) -> int:
+    from batchproof.adapters import runner
+
+    _load_profile(args.profile)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise UsageError(f"--max-examples must be at least 1, got {args.max_examples}")
+    if args.reproduce and not args.check:
+        raise UsageError("--reproduce replays one failure: give its --op and --check too")
+    return runner.main(args)
+
+
 # --------------------------------------------------------------------------- main
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (`UsageError`), not the usage text and exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def version_text() -> str:
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return (f"{PROG} {of('batchproof')} (Python {sys.version.split()[0]}; torch {of('torch')}, "
+            f"hypothesis {of('hypothesis')}, tensordict {of('tensordict')}; extras: "
+            f"kernels: numba {of('numba')}, models: transformers {of('transformers')}, "
+            f"mutation: mutmut {of('mutmut')})")
+
+
+OP_HELP = (f"an op ({', '.join(OP_MODULES)}) or one of its records, op.function "
+           "(`batchproof list records`); repeatable")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog=PROG, description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=version_text())
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("verify", help="run every check of every op on an implementation")
-    p.add_argument("--op", action="append", help="op module or record (repeatable)")
-    p.add_argument("--profile", default=None, help="Hypothesis profile (default: ci if $CI "
-                   "else dev)")
+    p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
+    p.add_argument("--check", action="append", metavar="NAME",
+                   help="run only this check (equivalence, errors, property:NAME, pin:NAME; "
+                        "`batchproof list checks`); repeatable")
+    _search_options(p)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--impl", default="impl", help="impl (default), reference, a package "
-                   "mirroring impl/, or module:function")
-    p.add_argument("--json", help="write a JSON report to this file")
+    p.add_argument("--impl", default="impl", help="impl (default: batchproof's own), reference, "
+                   "a package mirroring impl/ (PACKAGE.rl_batch.build_rl_batch, ...), or "
+                   "module:function with --op naming one record; the current folder is "
+                   "importable")
+    p.add_argument("--json", metavar="FILE", help="write a JSON report to this file")
+
+    p = sub.add_parser("check", help="fuzz a third-party implementation through an adapter")
+    p.add_argument("--impl", required=True, help="a framework (`batchproof list adapters`) or "
+                   "module:function (the current folder is importable)")
+    p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
+    p.add_argument("--adapter", help="adapter name (`batchproof list adapters`), also for a "
+                   "module:function target that it maps")
+    p.add_argument("--check", action="append", metavar="NAME",
+                   help="run only this check; repeatable")
+    p.add_argument("--skip", action="append", default=[], metavar="CHECK",
+                   help="do not run this check (reported as skipped); repeatable")
+    p.add_argument("--forms", action="append", metavar="FORM",
+                   help="an input form the function accepts (lists, tensors, jagged, ...: "
+                        "`batchproof list records`); repeatable; default: every form")
+    p.add_argument("--not-provided", action="append", default=[], metavar="KEY",
+                   help="an output the function does not produce (not compared); repeatable")
+    _search_options(p)
+    p.add_argument("--json", metavar="FILE")
 
     p = sub.add_parser("show", help="draw the layout of a small example")
-    p.add_argument("--op", action="append", required=True)
+    p.add_argument("--op", action="append", required=True, metavar="NAME", help=OP_HELP)
+
+    p = sub.add_parser("list", help="ops, records, checks, adapters, profiles")
+    p.add_argument("what", nargs="?", choices=LISTS)
 
     p = sub.add_parser("mutate", help="mutation testing: bug zoo or mutmut")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--zoo", action="store_true", help="run the bug zoo's kill matrix")
-    mode.add_argument("--mutmut", action="store_true", help="run mutmut 3 over impl/")
-    p.add_argument("--op", action="append")
+    mode.add_argument("--mutmut", action="store_true",
+                      help="run mutmut 3 over impl/ (in a clone of the repository)")
+    p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
     p.add_argument("--profile", default="mutation")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
     p.add_argument("--without", action="append", default=[],
@@ -299,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json")
 
     p = sub.add_parser("bench", help="reference vs impl vs the floor, as ratios in one run")
-    p.add_argument("--op", action="append")
+    p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--json")
     p.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
@@ -307,36 +638,45 @@ def build_parser() -> argparse.ArgumentParser:
                    help="warm (default): glibc keeps freed memory, so outputs land on pages "
                         "already mapped, as in a long-running trainer; system: glibc's own "
                         "thresholds (large outputs may get fresh pages and page faults)")
-
-    p = sub.add_parser("check", help="fuzz a third-party implementation through an adapter")
-    p.add_argument("--impl", required=True)
-    p.add_argument("--op", action="append")
-    p.add_argument("--adapter", help="adapter name for a module:function target")
-    p.add_argument("--profile", default=None)
-    p.add_argument("--json")
     return parser
+
+
+def _search_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly, "
+                   "mutation (default: ci if $CI is set, else dev)")
+    p.add_argument("--max-examples", type=int, metavar="N",
+                   help="examples per check (default: the profile's)")
+    p.add_argument("--seed", type=int, metavar="N", help="seed Hypothesis' random search")
+    p.add_argument("--reproduce", metavar="BLOB",
+                   help="replay one failure: the blob a failure report's replay line gives")
+
+
+COMMANDS = {"verify": verify, "check": check, "show": show, "list": list_things,
+            "mutate": mutate, "bench": bench}
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addHandler(logging.NullHandler())  # ops' warnings are checked, not shown
-    args = build_parser().parse_args(argv)
-    if args.command == "verify":
-        return verify(args.op, args.profile, args.device, args.impl, args.json)
-    if args.command == "show":
-        return show(args.op)
-    if args.command == "mutate":
-        return mutate(args)
-    if args.command == "bench":
-        from harness import bench
-
-        return bench.main(ops=args.op, device=args.device, json_path=args.json, quick=args.quick,
-                          pages=args.pages)
-    if args.command == "check":
-        from harness import adapters
-
-        return adapters.main(impl=args.impl, ops=args.op, adapter=args.adapter,
-                             profile=args.profile, json_path=args.json)
-    return 2
+    # tensordict calls torch.fx.is_fx_tracing(), which logs a one-time deprecation warning
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UsageError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return USAGE
+    except TargetError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return HARNESS
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - batchproof's own failure: one line, exit 3
+        if os.environ.get("BATCHPROOF_DEBUG"):
+            raise
+        print(f"{PROG}: internal error: {type(err).__name__}: {err} (set BATCHPROOF_DEBUG=1 "
+              "for the traceback)", file=sys.stderr)
+        return HARNESS
 
 
 if __name__ == "__main__":

@@ -53,10 +53,31 @@ def assert_identical(
     allow_device: bool = False,
     picture: Picture | None = None,
     describe_row: RowInfo | None = None,
-    reproduce: str = "",
+    compared: str = "",
     case: Any = None,  # the drawn call; tolerance comparators read masks and dtypes from it
 ) -> None:
-    """Raise `Mismatch` unless `actual` is exactly `expected` (see the module docstring)."""
+    """Raise `Mismatch` (an `AssertionError`) unless `actual` is exactly `expected`.
+
+    Exactly: TensorDicts with the same keys, batch size and non-tensor entries (type and value:
+    `1`, `True` and `1.0` differ); tensors with the same layout (strided or jagged; jagged
+    offsets identical), shape, dtype, device and values, floats compared by bit pattern (so
+    `-0.0` and `0.0` differ, and NaN payloads count); lists, tuples, dicts and scalars
+    recursively, with their types. The message names the first difference, counts the
+    mismatching elements and rows, and draws up to two rows.
+
+    allow_device: tensors may sit on different devices (a CUDA result against a CPU oracle).
+    picture: output -> {tensor family: one string per row} (`.` pad, `p` prompt, `r`
+        response), used to draw a mismatching row; without it a row is drawn as `#`s.
+    describe_row: row index -> a description of that row's input (`p=2 r=3`).
+    compared: what was compared, added as the message's last line.
+
+    >>> import torch
+    >>> from batchproof import assert_identical
+    >>> assert_identical(torch.tensor([0.0, 1.0]), torch.tensor([-0.0, 1.0]))
+    Traceback (most recent call last):
+    ...
+    batchproof.compare.Mismatch: output: values differ: first mismatch at [0]: expected 0.0, ...
+    """
     problem = _first_difference(expected, actual, "", allow_device)
     if problem is None:
         return
@@ -64,8 +85,8 @@ def assert_identical(
     lines = [f"{path or 'output'}: {text}"]
     for row in rows[:2]:
         lines += _row_report(expected, actual, path, row, columns.get(row, ()), picture, describe_row)
-    if reproduce:
-        lines.append(f"reproduce: {reproduce}")
+    if compared:
+        lines.append(f"compared: {compared}")
     raise Mismatch("\n".join(lines))
 
 

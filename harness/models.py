@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness.registry import Case
+from batchproof.registry import Case
 
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
 ATTENTION = ("eager", "sdpa")
@@ -136,3 +136,8 @@ class ModelCase(Case):
 
     def short(self, limit: int = 300) -> str:
         return f"model={self.model} {super().short(limit)}"
+
+    def as_call(self, function: str) -> str:
+        call = Case(self.args, self.kwargs).as_call(function)
+        model = f"<tiny {self.model} model>"
+        return call.replace("(", f"({model}, " if self.args or self.kwargs else f"({model}", 1)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from hypothesis import settings
 
-from harness import profiles, registry
-from harness.checks import run_check
-from harness.zoo import ZooEntry, all_entries, planted
+from batchproof import profiles, registry
+from batchproof.checks import run_check
+from batchproof.zoo import ZooEntry, all_entries, planted
 
 
 @dataclass
@@ -87,7 +87,7 @@ def run_entry(
 
 def _run_entry_by_name(name: str, profile: str, only_declared: bool,
                        disabled: Sequence[str]) -> EntryResult:
-    from harness import zoo
+    from batchproof import zoo
 
     entry = zoo.get(name)
     checks = entry.killer_checks() if only_declared else None

@@ -3,10 +3,17 @@ git revision, with a guard against runs that are vacuously green.
 
 How a run goes::
 
-    repo/  ──copy harness/ impl/ reference/ tests/ pyproject.toml──▶  $TMP/batchproof-mutmut-*/
-                                                                       pyproject.toml += [tool.mutmut]
-    $TMP/...$ mutmut run --max-children 2 [impl.<op>.x_<function>__mutmut_* ...]
-    $TMP/.../mutants/impl/<op>.py.meta  ──▶  score, survivors (with their diffs)  ──▶  rm -r $TMP
+    repo/harness/    ──copy──▶  $TMP/batchproof-mutmut-*/batchproof/            (the installed
+    repo/impl/       ──copy──▶  $TMP/batchproof-mutmut-*/batchproof/impl/        namespace: the
+    repo/reference/  ──copy──▶  $TMP/batchproof-mutmut-*/batchproof/reference/   tests import
+    repo/tests/, pyproject.toml ──copy──▶ $TMP/...  (+ [tool.mutmut])             batchproof.impl)
+    $TMP/...$ mutmut run --max-children 2 [batchproof.impl.<op>.x_<function>__mutmut_* ...]
+    $TMP/.../mutants/batchproof/impl/<op>.py.meta  ──▶  score, survivors  ──▶  rm -r $TMP
+
+The copy is laid out as the installed package, not as the repository: mutmut names a mutant
+after its file's path (`batchproof/impl/sft.py` → `batchproof.impl.sft.x_...`) and its trampoline
+compares that name with the module the tests imported, `batchproof.impl.sft`. mutmut puts its
+`mutants/` folder first on `sys.path`, ahead of the editable install's finder.
 
 mutmut 3 reads its configuration only from `[tool.mutmut]` in `./pyproject.toml` (or `[mutmut]` in
 `./setup.cfg`) and writes `./mutants/`; running it in a throw-away copy keeps the configuration
@@ -14,7 +21,7 @@ next to the code that drives it and leaves the working tree untouched.
 
 What is mutated: only `impl/` (never `reference/` or `harness/`, which are copied unmutated so
 the tests can import them), restricted by `only_mutate` to `impl/<op>.py` (and
-`impl/kernels/<op>.py`) for each `--op`.
+`impl/kernels/<op>.py`) for each `--op`; reports name the repository's paths.
 What kills a mutant: the registry checks of the op (`tests/test_registry.py`) and the extra
 killers in `tests/test_mutation_kills.py`, selected with `-k <op>`, under the `mutation`
 Hypothesis profile (derandomized, 25 examples, no shrinking). mutmut runs, for each mutant, only
@@ -23,8 +30,10 @@ workers (at most `--max-children`, default 2), each with one torch thread.
 
 Exit status: 0 when every mutant was killed or is a documented equivalent
 (`harness/equivalents/<op>.py`),
-1 when a mutant survived, 2 when the run is not trustworthy (too few mutants, mutmut failed,
-mutants left unchecked or without tests).
+1 when a mutant survived, 3 when the run is not trustworthy (too few mutants, mutmut failed,
+mutants left unchecked or without tests) or cannot run (an installed batchproof: this command
+needs a clone of the repository, whose tests are the mutants' killers). The CLI's codes:
+2 is a usage error.
 """
 
 from __future__ import annotations
@@ -45,11 +54,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.equivalents import Equivalent, all_equivalents, diff_sides
+from batchproof.equivalents import Equivalent, all_equivalents, diff_sides
 
 REPO = Path(__file__).resolve().parent.parent
 IMPL = "impl"
-COPIED = ("harness", "impl", "reference", "tests", "pyproject.toml")
+# repository folder -> its place in the installed namespace, which the work directory copies
+NAMESPACE = {"harness": "batchproof", "impl": "batchproof/impl", "reference": "batchproof/reference"}
+COPIED = ("tests", "pyproject.toml")
 TEST_FILES = ("tests/test_registry.py", "tests/test_mutation_kills.py")  # + tests/test_<op>.py
 CLASS_SEPARATOR = "ǁ"  # mutmut's mangling of methods: x<sep>Class<sep>method
 MAX_CHILDREN = 2
@@ -135,8 +146,15 @@ def mangled(function: str, cls: str | None = None) -> str:
     return f"x{CLASS_SEPARATOR}{cls}{CLASS_SEPARATOR}{function}" if cls else f"x_{function}"
 
 
+def installed_path(path: str) -> str:
+    """A repository path in the installed namespace: `impl/sft.py` → `batchproof/impl/sft.py`."""
+    folder, _, rest = path.partition("/")
+    return f"{NAMESPACE[folder]}/{rest}"
+
+
 def module_of(path: str) -> str:
-    return path[: -len(".py")].replace("/", ".")
+    """The module a repository path is imported as: `impl/sft.py` → `batchproof.impl.sft`."""
+    return installed_path(path)[: -len(".py")].replace("/", ".")
 
 
 def functions_touching(source: str, lines: set[int] | None) -> list[str]:
@@ -214,9 +232,9 @@ def mutmut_config(paths: Sequence[str], ops: Sequence[str] | None) -> dict:
     if ops:
         selection += ["-k", " or ".join(op.split(".")[0] for op in ops)]
     return {
-        "source_paths": [f"{IMPL}/"],
-        "only_mutate": list(paths),
-        "also_copy": ["harness/", "reference/"],
+        "source_paths": [f"{NAMESPACE[IMPL]}/"],
+        "only_mutate": [installed_path(p) for p in paths],
+        "also_copy": [f"{NAMESPACE['harness']}/"],
         "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider",
                                 "-p", "no:benchmark", "--hypothesis-profile=mutation"],
         "pytest_add_cli_args_test_selection": selection,
@@ -233,9 +251,12 @@ def toml_table(table: dict) -> str:
 
 
 def prepare_workdir(config: dict, root: Path = REPO) -> Path:
-    """A throw-away copy of the project with `[tool.mutmut]` appended to its pyproject.toml."""
+    """A throw-away copy of the project, laid out as the installed namespace, with `[tool.mutmut]`
+    appended to its pyproject.toml."""
     workdir = Path(tempfile.mkdtemp(prefix="batchproof-mutmut-"))
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
+    for folder, target in NAMESPACE.items():  # harness first: impl/ and reference/ go inside it
+        shutil.copytree(root / folder, workdir / target, ignore=ignore)
     for name in COPIED:
         source = root / name
         if source.is_dir():
@@ -283,7 +304,7 @@ def read_results(workdir: Path, paths: Sequence[str], patterns: Sequence[str]) -
 
     out = []
     for path in paths:
-        meta = workdir / "mutants" / f"{path}.meta"
+        meta = workdir / "mutants" / f"{installed_path(path)}.meta"
         if not meta.exists():
             continue
         codes = json.loads(meta.read_text())["exit_code_by_key"]
@@ -296,7 +317,7 @@ def read_results(workdir: Path, paths: Sequence[str], patterns: Sequence[str]) -
 
 
 def function_of(name: str) -> str:
-    """`impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3` → `_Values.__init__`."""
+    """`batchproof.impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3` → `_Values.__init__`."""
     mangled_name = name.partition("__mutmut_")[0].rpartition(".")[2]
     if mangled_name.startswith("x" + CLASS_SEPARATOR):
         _, cls, function = mangled_name.split(CLASS_SEPARATOR)
@@ -394,10 +415,10 @@ def verdict(report: Report, min_mutants: int, since: str | None) -> int:
     if len(report.mutants) < min_mutants and not since:
         print(f"error: only {len(report.mutants)} mutants (< --min-mutants {min_mutants}): "
               "the run is misconfigured, its score means nothing", file=sys.stderr)
-        return 2
+        return 3
     if not report.mutants or report.untested:
         print("error: mutants were left unchecked or without a covering test", file=sys.stderr)
-        return 2
+        return 3
     return 1 if len(report.survivors) > len(report.equivalent) else 0
 
 
@@ -409,6 +430,11 @@ def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants
          keep: bool = False, markdown_path: str | None = None) -> int:
     """Run mutmut over `impl/<op>.py` for each op (default: all of `impl/`), restricted to the
     functions changed since `since` when given; print the score and the survivors."""
+    if not (REPO / "tests").is_dir() or not (REPO / IMPL).is_dir():
+        print("error: `batchproof mutate --mutmut` runs from a clone of the batchproof repository "
+              "(its tests/ kill the mutants of impl/); this batchproof is installed from a wheel. "
+              "`batchproof mutate --zoo` works anywhere.", file=sys.stderr)
+        return 3
     paths = op_files(ops)
     patterns: list[str] = []
     if since:
@@ -431,12 +457,12 @@ def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants
         report.mutants = read_results(workdir, paths, patterns)
         if completed.returncode != 0:
             print(f"error: mutmut exited with {completed.returncode}", file=sys.stderr)
-            return 2
+            return 3
         total = len(report.mutants)
         if total < min_mutants and not since:
             print(f"error: mutmut generated {total} mutants for {paths}, fewer than "
                   f"--min-mutants {min_mutants}: misconfigured run", file=sys.stderr)
-            return 2
+            return 3
         attach_diffs(report.survivors, workdir)
         print_report(report, min_mutants)
         if json_path:

@@ -1,18 +1,31 @@
-"""batchproof's pytest plugin (registered through the `pytest11` entry point).
+"""batchproof's pytest plugin: opt-in, never loaded by installing batchproof.
 
-- registers and loads the Hypothesis profiles (`harness.profiles`);
-- `gpu` marker: such tests are skipped cleanly when CUDA is not available;
+A suite asks for it with `-p batchproof.plugin` (on the command line or in `addopts`, as this
+project's pyproject.toml does) or `pytest_plugins = ["batchproof.plugin"]` in its root
+conftest.py. Then:
+
+- batchproof's Hypothesis profiles are registered, and one is loaded: `--hypothesis-profile NAME`,
+  else `$HYPOTHESIS_PROFILE`, else `ci` when `$CI` is set, else `dev` (`batchproof.profiles`);
+- `gpu` marker: such tests are skipped cleanly when CUDA is not available; `slow` marker;
 - one intra-op torch thread per process (per xdist worker under `-n auto`), unless
   `OMP_NUM_THREADS` is set: the tensors under test are tiny, threads only add contention.
+
+A suite that does not load it keeps its own profile, thread count and markers
+(`tests/test_packaging.py::test_a_foreign_suite_runs_unchanged`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
 
-from harness import profiles
+from batchproof import profiles
+
+profiles.register()  # before Hypothesis' own plugin reads --hypothesis-profile in pytest_configure
+# tensordict calls torch.fx.is_fx_tracing(), which logs a one-time deprecation warning
+logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
 
 
 def pytest_configure(config: pytest.Config) -> None:

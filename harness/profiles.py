@@ -1,10 +1,14 @@
 """Hypothesis profiles: `dev`, `ci`, `nightly`, `mutation`.
 
 Chosen by pytest's `--hypothesis-profile NAME`, the `HYPOTHESIS_PROFILE` environment variable, or
-`harness verify --profile NAME`. Without a choice: `ci` when the `CI` variable is set (Hypothesis
+`batchproof verify --profile NAME`. Without a choice: `ci` when the `CI` variable is set (Hypothesis
 would otherwise load its *own* `ci` profile there, so ours is registered under that name on
 purpose), else `dev`. Deadlines are off everywhere: tensor code has first-call warm-ups that make
 deadlines flaky; pytest-timeout guards against hangs instead.
+
+Importing this module registers nothing: `register()` does, and only the places that opted in call
+it (the CLI, and the pytest plugin `batchproof.plugin` when a suite loads it). A user's test that
+imports batchproof keeps its own profiles, Hypothesis' own `ci` profile included.
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ PROFILES = {
     ),
 }
 
-for _name, _profile in PROFILES.items():
-    settings.register_profile(_name, _profile)
+
+def register() -> None:
+    """Register batchproof's profiles with Hypothesis (idempotent); loads none of them."""
+    for name, profile in PROFILES.items():
+        settings.register_profile(name, profile)
 
 
 def default_profile() -> str:
@@ -53,5 +60,6 @@ def load(name: str | None = None) -> str:
     name = name or default_profile()
     if name not in PROFILES:
         raise ValueError(f"unknown Hypothesis profile {name!r}; known: {sorted(PROFILES)}")
+    register()
     settings.load_profile(name)
     return name

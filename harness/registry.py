@@ -10,6 +10,7 @@ A record says everything the generic checks need to know about one function:
         properties=[Property(...), ...],                 # invariants of any correct output
         pins=[Pin(...), ...],                            # one @example per historical bug
         forms={"lists": identity, "jagged": to_jagged}, # input forms the impl must accept
+        requires=("transformers",),                      # optional modules its checks need
     )
 
 The checks derived from a record (see `harness.checks`) are named:
@@ -19,13 +20,14 @@ The checks derived from a record (see `harness.checks`) are named:
     property:<name>    the invariant holds on the candidate's output
     pin:<name>         the pinned historical case: equivalence, properties, literal expectation
 
-Adding a record to `harness.ops` enrols the function in every check, in `harness verify`, in the
-pytest suite (`tests/test_registry.py`) and in the bug zoo's kill matrix.
+Adding a record to `batchproof.ops` enrols the function in every check, in `batchproof verify`, in
+the pytest suite (`tests/test_registry.py`) and in the bug zoo's kill matrix.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,11 @@ class Case:
     def __repr__(self) -> str:
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
         return f"Case({', '.join(parts)})"
+
+    def as_call(self, function: str) -> str:
+        """The call written out: `build_rl_batch([[1, 2]], [[3]], pad_token_id=0)`."""
+        parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{function}({', '.join(parts)})"
 
     def short(self, limit: int = 300) -> str:
         """A one-line description for tables and progress output."""
@@ -132,6 +139,7 @@ class OpInfo:
     example: Case | None = None  # what `harness show` draws
     show: Callable[[Case, Any], list[str]] | None = None  # custom drawing for `harness show`
     targets: Callable[[Case], dict[str, float]] | None = None  # hypothesis.target() in `nightly`
+    requires: tuple[str, ...] = ()  # optional modules its checks import (see `missing()`)
     doc: str = ""
 
     @property
@@ -140,15 +148,21 @@ class OpInfo:
 
     @property
     def reference(self) -> Candidate:
-        return getattr(importlib.import_module(f"reference.{self.op}"), self.function)
+        return getattr(importlib.import_module(f"batchproof.reference.{self.op}"), self.function)
 
     @property
     def impl(self) -> Candidate:
-        return getattr(importlib.import_module(f"impl.{self.op}"), self.function)
+        return getattr(importlib.import_module(f"batchproof.impl.{self.op}"), self.function)
 
     def candidate_from(self, package: str) -> Candidate:
         """The function of this op in any package that mirrors the `impl/` layout."""
         return getattr(importlib.import_module(f"{package}.{self.op}"), self.function)
+
+    def missing(self) -> list[str]:
+        """The modules of `requires` that are not installed, each with the extra that brings it:
+        `["transformers (pip install 'batchproof[models]')"]`; empty when the record can run."""
+        return [f"{module} (pip install 'batchproof[{EXTRAS.get(module, module)}]')"
+                for module in self.requires if importlib.util.find_spec(module) is None]
 
     def check_names(self) -> list[str]:
         names = ["equivalence"]
@@ -158,6 +172,9 @@ class OpInfo:
         names += [f"pin:{p.name}" for p in self.pins]
         return names
 
+
+# optional module -> the extra of batchproof that installs it (pyproject.toml)
+EXTRAS = {"transformers": "models", "numba": "kernels", "mutmut": "mutation"}
 
 _REGISTRY: dict[str, OpInfo] = {}
 
@@ -170,9 +187,14 @@ def register(info: OpInfo) -> OpInfo:
 
 
 def all_ops() -> list[OpInfo]:
-    """Every record, in registration order (importing `harness.ops` registers them)."""
-    importlib.import_module("harness.ops")
-    return list(_REGISTRY.values())
+    """Every record, in registration order (importing `batchproof.ops.<op>` registers them)."""
+    from batchproof.ops import OP_MODULES
+
+    for name in OP_MODULES:
+        if importlib.util.find_spec(f"batchproof.ops.{name}") is not None:
+            importlib.import_module(f"batchproof.ops.{name}")
+    # in OP_MODULES order whatever was imported first (sorted() keeps each op's own order)
+    return sorted(_REGISTRY.values(), key=lambda info: OP_MODULES.index(info.op))
 
 
 def op_names() -> list[str]:

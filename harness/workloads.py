@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from harness import strategies as hs
+from batchproof import blocks as hs
 
 
 @dataclass
@@ -66,8 +66,8 @@ def write_floor(shapes_and_dtypes, device="cpu") -> list[torch.Tensor]:
 
 
 def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
-    from impl import rl_batch as impl
-    from reference import rl_batch as reference
+    from batchproof.impl import rl_batch as impl
+    from batchproof.reference import rl_batch as reference
 
     prompts, responses, per_token = rl_batch_inputs(batch, seed)
     width = max(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -96,7 +96,7 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
-        from harness.baselines import numpy_rows_rl_batch
+        from batchproof.baselines import numpy_rows_rl_batch
 
         variants["numpy rows (lists)"] = lambda: numpy_rows_rl_batch(
             prompts, responses, pad_token_id=0, **per_token)
@@ -109,8 +109,8 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
 
 def pack_varlen_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
     """`varlen.pack_varlen` on the rl_batch inputs (B=1024, prompts 50–500, responses 50–2000)."""
-    from impl import varlen as impl
-    from reference import varlen as reference
+    from batchproof.impl import varlen as impl
+    from batchproof.reference import varlen as reference
 
     prompts, responses, _ = rl_batch_inputs(batch, seed)
     tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -192,8 +192,8 @@ def _bytes(outputs) -> int:
 
 
 def collate_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
-    from impl import sft as impl
-    from reference import sft as reference
+    from batchproof.impl import sft as impl
+    from batchproof.reference import sft as reference
 
     examples = sft_inputs(batch, seed)
     tensors = sft_inputs(batch, seed, as_tensors=True, device=device)
@@ -215,8 +215,8 @@ def collate_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) 
 
 
 def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
-    from impl import sft as impl
-    from reference import sft as reference
+    from batchproof.impl import sft as impl
+    from batchproof.reference import sft as reference
 
     examples = sft_inputs(batch, seed)
     tensors = sft_inputs(batch, seed, as_tensors=True, device=device)
@@ -237,7 +237,7 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
-        from harness.baselines import numpy_rows_pack_sft
+        from batchproof.baselines import numpy_rows_pack_sft
 
         variants["numpy rows (lists)"] = lambda: numpy_rows_pack_sft(
             examples, pad_token_id=0, **SFT_PACK_CONFIG)

@@ -28,8 +28,8 @@ import numbers
 import torch
 from tensordict import TensorDict
 
-from impl.sft import ffd_bins
-from reference.balance import (  # the contract's argument checks, shared with the oracle
+from batchproof.impl.sft import ffd_bins
+from batchproof.reference.balance import (  # the contract's argument checks, shared with the oracle
     _check_packed,
     _positive_int,
     _stacked_rows,

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
-from reference import nesting as _spec
-from reference.nesting import (  # noqa: F401 - the shared contract, re-exported
+from batchproof.reference import nesting as _spec
+from batchproof.reference.nesting import (  # noqa: F401 - the shared contract, re-exported
     ATTENTION_MASK,
     DEFAULT_RULES,
     DERIVED_MASKS,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
-from impl import balance, nesting, rl_batch, trainer, varlen
-from reference.pipeline import (  # noqa: F401 - the shared contract, re-exported
+from batchproof.impl import balance, nesting, rl_batch, trainer, varlen
+from batchproof.reference.pipeline import (  # noqa: F401 - the shared contract, re-exported
     LEDGER_KEYS,
     check_config,
     check_rollouts,

@@ -23,12 +23,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from impl import kernels
-from impl._cpu import byte_view, plain_rows
-from impl._jagged import without_holes
-from impl.kernels import rl_batch as rl_batch_kernel
-from reference import rl_batch as _spec
-from reference._checks import check_pad_token_id
+from batchproof.impl import kernels
+from batchproof.impl._cpu import byte_view, plain_rows
+from batchproof.impl._jagged import without_holes
+from batchproof.impl.kernels import rl_batch as rl_batch_kernel
+from batchproof.reference import rl_batch as _spec
+from batchproof.reference._checks import check_pad_token_id
 
 logger = logging.getLogger(__name__)
 

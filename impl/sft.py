@@ -31,12 +31,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from impl import kernels
-from impl._cpu import byte_view
-from impl._jagged import without_holes
-from impl.kernels import sft as sft_kernel
-from reference._checks import check_pad_token_id
-from reference.sft import (  # the contract's argument checks, shared with the oracle
+from batchproof.impl import kernels
+from batchproof.impl._cpu import byte_view
+from batchproof.impl._jagged import without_holes
+from batchproof.impl.kernels import sft as sft_kernel
+from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference.sft import (  # the contract's argument checks, shared with the oracle
     _as_list,
     _check_bool,
     _check_lengths,

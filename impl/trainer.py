@@ -14,7 +14,7 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from reference.trainer import (  # the contract's argument checks, shared with the oracle
+from batchproof.reference.trainer import (  # the contract's argument checks, shared with the oracle
     _check_fields,
     _device,
     _entry,

@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from impl import kernels
-from impl._cpu import byte_view, plain_rows, small_int_rows
-from impl._jagged import without_holes
-from impl.kernels import varlen as varlen_kernel
-from reference._checks import check_pad_token_id
-from reference.varlen import (  # the contract's argument checks, shared with the oracle
+from batchproof.impl import kernels
+from batchproof.impl._cpu import byte_view, plain_rows, small_int_rows
+from batchproof.impl._jagged import without_holes
+from batchproof.impl.kernels import varlen as varlen_kernel
+from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference.varlen import (  # the contract's argument checks, shared with the oracle
     _check_int,
     _check_logprob_options,
     _check_model,

@@ -25,7 +25,7 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from reference.sft import ffd_bins
+from batchproof.reference.sft import ffd_bins
 
 
 class _Set:

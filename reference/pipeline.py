@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-from reference import balance, rl_batch, trainer, varlen
+from batchproof.reference import balance, rl_batch, trainer, varlen
 
 LEDGER_KEYS = ("sample", "position", "rank", "micro_batch", "is_padding", "logprob",
                "advantage", "weight")

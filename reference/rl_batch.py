@@ -19,7 +19,7 @@ import operator
 import torch
 from tensordict import TensorDict
 
-from reference._checks import check_pad_token_id
+from batchproof.reference._checks import check_pad_token_id
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from reference._checks import check_pad_token_id
+from batchproof.reference._checks import check_pad_token_id
 
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
 

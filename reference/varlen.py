@@ -25,7 +25,7 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from reference._checks import check_pad_token_id
+from batchproof.reference._checks import check_pad_token_id
 
 PACKING_MODES = ("position_ids", "mask")
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-import impl.balance as impl
-import reference.balance as ref
-from harness.ops.balance import count_bounds, packed_row
-from harness.registry import Case
+import batchproof.impl.balance as impl
+import batchproof.reference.balance as ref
+from batchproof.ops.balance import count_bounds, packed_row
+from batchproof.registry import Case
 
 SPEC_EXAMPLES = [
     ((list(range(1, 9)), 2, True), [[7, 4, 2, 1], [6, 5, 3, 0]]),

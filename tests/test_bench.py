@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness import bench
+from batchproof import bench
 
 
 def test_ratios_against_the_floor_of_each_input_form_and_the_baseline() -> None:

@@ -17,9 +17,9 @@ import pytest
 import torch
 from hypothesis import given
 
-from harness import registry
-from harness.compare import assert_identical
-from harness.registry import Case
+from batchproof import registry
+from batchproof.compare import assert_identical
+from batchproof.registry import Case
 
 BUILD = registry.get("rl_batch.build_rl_batch")
 VALUES = registry.get("rl_batch.response_values")

@@ -16,9 +16,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from harness import equivalents
-from harness import mutmut_driver as driver
-from harness.mutmut_driver import Equivalent, Mutant, Report
+from batchproof import equivalents
+from batchproof import mutmut_driver as driver
+from batchproof.mutmut_driver import Equivalent, Mutant, Report
 
 SOURCE = textwrap.dedent('''\
     import torch
@@ -77,8 +77,8 @@ def test_changed_functions_since_a_revision(tmp_path: Path) -> None:
     assert changed == {"impl/op.py": ["x_second"], "impl/new.py": ["x_fresh"]}
     assert driver.changed_functions("HEAD", ["impl/op.py"], root=tmp_path)["impl/op.py"] == [
         "x_second"]
-    assert driver.patterns_for(changed) == ["impl.op.x_second__mutmut_*",
-                                            "impl.new.x_fresh__mutmut_*"]
+    assert driver.patterns_for(changed) == ["batchproof.impl.op.x_second__mutmut_*",
+                                            "batchproof.impl.new.x_fresh__mutmut_*"]
     git("add", "-A")
     git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-m", "2")
     assert driver.changed_functions("HEAD", paths, root=tmp_path) == {}
@@ -97,8 +97,8 @@ def test_op_files_default_to_every_impl_module_and_reject_unknown_ops() -> None:
 
 def test_config_mutates_only_impl_and_runs_the_ops_registry_checks() -> None:
     config = driver.mutmut_config(["impl/rl_batch.py"], ["rl_batch"])
-    assert config["source_paths"] == ["impl/"]
-    assert config["only_mutate"] == ["impl/rl_batch.py"]
+    assert config["source_paths"] == ["batchproof/impl/"]
+    assert config["only_mutate"] == ["batchproof/impl/rl_batch.py"]
     selection = config["pytest_add_cli_args_test_selection"]
     assert "tests/test_registry.py" in selection and selection[-2:] == ["-k", "rl_batch"]
     assert "--hypothesis-profile=mutation" in config["pytest_add_cli_args"]
@@ -112,8 +112,13 @@ def test_workdir_is_a_copy_with_the_config_and_the_repo_is_untouched() -> None:
     workdir = driver.prepare_workdir(driver.mutmut_config(["impl/rl_batch.py"], ["rl_batch"]))
     try:
         text = (workdir / "pyproject.toml").read_text()
-        assert tomllib.loads(text)["tool"]["mutmut"]["only_mutate"] == ["impl/rl_batch.py"]
-        assert (workdir / "impl" / "rl_batch.py").is_file()
+        assert tomllib.loads(text)["tool"]["mutmut"]["only_mutate"] == [
+            "batchproof/impl/rl_batch.py"]
+        # laid out as the installed namespace, as the tests import it
+        assert (workdir / "batchproof" / "impl" / "rl_batch.py").is_file()
+        assert (workdir / "batchproof" / "reference" / "rl_batch.py").is_file()
+        assert (workdir / "batchproof" / "registry.py").is_file()
+        assert not (workdir / "impl").exists() and not (workdir / "harness").exists()
         assert (workdir / "tests" / "test_registry.py").is_file()
         assert driver.REPO not in workdir.parents
     finally:
@@ -124,8 +129,10 @@ def test_workdir_is_a_copy_with_the_config_and_the_repo_is_untouched() -> None:
 
 
 def test_function_of_and_diff_sides() -> None:
-    assert driver.function_of("impl.rl_batch.x_build_rl_batch__mutmut_12") == "build_rl_batch"
-    assert driver.function_of("impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3") == "_Values.__init__"
+    assert driver.function_of("batchproof.impl.rl_batch.x_build_rl_batch__mutmut_12") == (
+        "build_rl_batch")
+    assert driver.function_of("batchproof.impl.rl_batch.xǁ_Valuesǁ__init____mutmut_3") == (
+        "_Values.__init__")
     diff = "--- a\n+++ b\n-    x = a + b\n+    x = a - b\n"
     assert equivalents.diff_sides(diff) == ("x = a + b", "x = a - b")
 
@@ -151,11 +158,11 @@ def test_verdict_and_score() -> None:
 
 def test_guard_refuses_vacuous_runs() -> None:
     """Too few mutants, mutants nobody tested, or none at all: not a 100% score but an error."""
-    assert driver.verdict(_report(*["killed"] * 5), 20, None) == 2
+    assert driver.verdict(_report(*["killed"] * 5), 20, None) == 3
     assert driver.verdict(_report(*["killed"] * 5), 20, "origin/main") == 0  # a small diff
     untested = _report(*["killed"] * 20, "no tests")
-    assert untested.score < 1.0 and driver.verdict(untested, 20, None) == 2
-    assert driver.verdict(_report(), 0, "origin/main") == 2
+    assert untested.score < 1.0 and driver.verdict(untested, 20, None) == 3
+    assert driver.verdict(_report(), 0, "origin/main") == 3
 
 
 def test_equivalents_are_matched_by_function_and_diff(monkeypatch) -> None:
@@ -180,7 +187,7 @@ def test_every_documented_equivalent_names_a_real_function() -> None:
     """An equivalent entry whose function vanished would silently stop matching; an entry in
     `harness/equivalents/<op>.py` must be about `impl/<op>.py` or `impl/kernels/<op>.py`."""
     for module in pkgutil.iter_modules(equivalents.__path__):
-        entries = importlib.import_module(f"harness.equivalents.{module.name}").EQUIVALENT
+        entries = importlib.import_module(f"batchproof.equivalents.{module.name}").EQUIVALENT
         paths = {f"impl/{module.name}.py", f"impl/kernels/{module.name}.py"}
         assert all(known.path in paths for known in entries), module.name
     for known in driver.equivalents():

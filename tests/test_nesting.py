@@ -19,10 +19,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-import impl.nesting as impl
-import reference.nesting as reference
-from harness.compare import assert_identical
-from harness.ops import nesting as ops
+import batchproof.impl.nesting as impl
+import batchproof.reference.nesting as reference
+from batchproof.compare import assert_identical
+from batchproof.ops import nesting as ops
 
 pytestmark = pytest.mark.filterwarnings("error::UserWarning")
 

@@ -11,13 +11,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from harness import registry
-from harness.compare import assert_identical
-from harness.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, step_case
-from impl import pipeline as impl
-from reference import pipeline as reference
-from reference.nesting import DenseFieldError
-from reference.pipeline import LEDGER_KEYS
+from batchproof import registry
+from batchproof.compare import assert_identical
+from batchproof.impl import pipeline as impl
+from batchproof.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, step_case
+from batchproof.reference import pipeline as reference
+from batchproof.reference.nesting import DenseFieldError
+from batchproof.reference.pipeline import LEDGER_KEYS
 
 
 def test_example_ledger() -> None:

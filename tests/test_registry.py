@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import registry
-from harness.checks import run_check
+from batchproof import registry
+from batchproof.checks import run_check
 
 RECORDS = registry.all_ops()
 IMPL_CHECKS = [(info.name, check) for info in RECORDS for check in info.check_names()]

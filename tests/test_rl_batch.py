@@ -12,14 +12,14 @@ import pytest
 import torch
 from hypothesis import given
 
-from harness import strategies as hs
-from harness.compare import assert_identical
-from harness.ops.rl_batch import rl_batch_cases
-from harness.registry import Case
-from impl import kernels
-from impl import rl_batch as impl
-from impl.kernels import rl_batch as rl_batch_kernel
-from reference import rl_batch as reference
+from batchproof import blocks as hs
+from batchproof.compare import assert_identical
+from batchproof.impl import kernels
+from batchproof.impl import rl_batch as impl
+from batchproof.impl.kernels import rl_batch as rl_batch_kernel
+from batchproof.ops.rl_batch import rl_batch_cases
+from batchproof.reference import rl_batch as reference
+from batchproof.registry import Case
 
 PER_TOKEN = {"rewards": "rewards", "loss_masks": "loss_mask", "logprobs": "rollout_logprobs"}
 

@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from harness.compare import assert_identical
-from harness.ops import sft as records
-from harness.ops.sft import _tensor_example, collate_cases, jagged_batch, pack_cases
-from impl import kernels
-from impl import sft as impl
-from impl.kernels import sft as sft_kernel
-from reference import sft as reference
+from batchproof.compare import assert_identical
+from batchproof.impl import kernels
+from batchproof.impl import sft as impl
+from batchproof.impl.kernels import sft as sft_kernel
+from batchproof.ops import sft as records
+from batchproof.ops.sft import _tensor_example, collate_cases, jagged_batch, pack_cases
+from batchproof.reference import sft as reference
 
 
 def _ex(ids, num_actions, loss, **extra) -> dict:

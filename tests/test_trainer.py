@@ -10,10 +10,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-import impl.trainer as impl
-import reference.trainer as ref
-from harness.compare import assert_identical
-from reference.rl_batch import build_rl_batch
+import batchproof.impl.trainer as impl
+import batchproof.reference.trainer as ref
+from batchproof.compare import assert_identical
+from batchproof.reference.rl_batch import build_rl_batch
 
 MODULES = pytest.mark.parametrize("module", [ref, impl], ids=["reference", "impl"])
 

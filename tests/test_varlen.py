@@ -24,24 +24,24 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from harness import registry
-from harness import strategies as hs
-from harness.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
-from harness.models import ModelCase, ModelSpec, cuda_specs, specs, tiny_model
-from harness.ops.varlen import (
+from batchproof import blocks as hs
+from batchproof import registry
+from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
+from batchproof.impl import kernels
+from batchproof.impl import varlen as impl
+from batchproof.impl._cpu import small_int_rows
+from batchproof.impl.kernels import varlen as varlen_kernel
+from batchproof.models import ModelCase, ModelSpec, cuda_specs, specs, tiny_model
+from batchproof.ops.varlen import (
     CROSS_SAMPLE,
     assert_response_logprobs_close,
     masked_tensors,
     pack_cases,
     response_mask,
 )
-from harness.registry import Case
-from harness.zoo import varlen as zoo
-from impl import kernels
-from impl import varlen as impl
-from impl._cpu import small_int_rows
-from impl.kernels import varlen as varlen_kernel
-from reference import varlen as reference
+from batchproof.reference import varlen as reference
+from batchproof.registry import Case
+from batchproof.zoo import varlen as zoo
 
 CPU_SPECS = specs()
 FP32_TOL = LOGPROB_TOLERANCE[torch.float32][0]

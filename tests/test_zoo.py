@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import registry
-from harness.mutate import check_key, run_entry
-from harness.zoo import all_entries
+from batchproof import registry
+from batchproof.mutate import check_key, run_entry
+from batchproof.zoo import all_entries
 
 ENTRIES = all_entries()
 
@@ -42,7 +42,7 @@ def test_every_op_has_zoo_entries() -> None:
 def test_removing_a_property_lets_an_entry_survive(monkeypatch) -> None:
     """Equivalence cannot see a bug in the oracle itself: without the `last_n_entries` property
     in the registry, an oracle with SkyRL's `x[-0:]` bug survives every remaining check."""
-    from harness import zoo
+    from batchproof import zoo
 
     info = registry.get("rl_batch.response_values")
     entry = zoo.get("rl_batch.oracle_x_minus_zero")

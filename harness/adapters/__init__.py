@@ -1,4 +1,4 @@
-"""Adapters: check a third-party function against an op's contract (`harness check`).
+"""Adapters: check a third-party function against an op's contract (`batchproof check`).
 
 An adapter maps a framework's function onto one registry record: it wraps the function so that the
 wrapper takes the op's contract arguments and returns the op's contract output, says which inputs
@@ -12,20 +12,22 @@ known, documented divergences, each with a predicate on the input case saying wh
         known=[KnownDivergence("per_token_length_unchecked", applies=..., doc=...)],
     )
 
-`harness check` runs the record's checks on `adapter.wrap(function)` with every input that a known
+`batchproof check` runs the record's checks on `adapter.wrap(function)` with every input that a known
 divergence applies to set aside (filtered out of the strategies and the pins, counted, and re-run
 once to confirm the divergence is still there), so Hypothesis keeps searching for *new* ones. A new
 divergence is shrunk and printed with its layout picture; only new ones make the exit status non-0.
 
-The framework modules (`harness.adapters.skyrl`, `harness.adapters.verl`) register their adapters
-on import without importing the framework; the framework is imported when an adapter is loaded
-(`pip install -e .[frameworks]`).
+The framework modules (`batchproof.adapters.skyrl`, `batchproof.adapters.verl`) register their
+adapters on import without importing the framework; the framework is imported when an adapter is
+loaded (docs/frameworks.md says how to install each one beside batchproof).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from harness.registry import BadCase, Candidate, Case
+from batchproof.registry import BadCase, Candidate, Case
 
 FRAMEWORK_MODULES = ("skyrl", "verl")
 
@@ -117,23 +119,38 @@ def _replace(adapter: Adapter, **changes: Any) -> Adapter:
 
 
 class FrameworkMissing(ImportError):
-    """The framework an adapter needs is not installed."""
+    """The function an adapter (or `--impl module:function`) names cannot be imported."""
 
 
 def load_target(target: str, distribution: str | None = None) -> Callable[..., Any]:
-    """`module:function` (or `module:Class.attr`) -> the object, importing only that module."""
+    """`module:function` (or `module:Class.attr`) -> the object, importing only that module, from
+    the current folder too (as `python -m` does)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"target must be module:function, got {target!r}")
+    current_folder_importable()
     try:
         obj: Any = importlib.import_module(module_name)
-    except ImportError as err:
-        hint = (f" (pip install -e '.[frameworks]' installs {distribution})"
-                if distribution else "")
-        raise FrameworkMissing(f"cannot import {module_name}: {err}{hint}") from err
+    except Exception as err:  # noqa: BLE001 - ImportError, or an import that fails on this Python
+        hint = (f" (is {distribution} installed? docs/frameworks.md says how to install it "
+                "beside batchproof)" if distribution else "")
+        raise FrameworkMissing(f"cannot import {module_name}: {type(err).__name__}: {err}"
+                               f"{hint}") from err
     for part in attr.split("."):
-        obj = getattr(obj, part)
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise FrameworkMissing(f"{module_name} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise FrameworkMissing(f"{target} is not callable")
     return obj
+
+
+def current_folder_importable() -> None:
+    """Put the current folder first on `sys.path`, as `python -m` and `python -m pytest` do."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def distribution_version(distribution: str | None) -> str:
@@ -178,11 +195,3 @@ def get_adapter(name: str) -> Adapter:
 
 def frameworks() -> list[str]:
     return list(dict.fromkeys(a.framework for a in all_adapters()))
-
-
-def main(impl: str, ops: list[str] | None, adapter: str | None, profile: str | None,
-         json_path: str | None) -> int:
-    """`harness check --impl skyrl|verl|module:function [--op NAME...] [--adapter A]`."""
-    from harness.adapters.runner import main as run_main
-
-    return run_main(impl, ops, adapter, profile, json_path)

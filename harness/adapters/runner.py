@@ -1,13 +1,15 @@
-"""`harness check`: run a record's checks on an adapter, separating known divergences from new ones.
+"""`batchproof check`: run a record's checks on an adapter, separating known divergences from new
+ones.
 
     for each check of the record (minus the adapter's `skip`):
         inputs outside `adapter.supports`           -> not run (counted as unsupported)
         inputs a known divergence `applies` to      -> set aside, counted, re-run once to confirm
         every other input                           -> the ordinary check (shrunk on failure)
 
-A failing check is a *new* divergence: only those make the exit status non-zero. A known divergence
-whose inputs were met but never diverged is reported as `not reproduced` (fixed upstream? then
-remove it from the adapter).
+A failing check is a *new* divergence (exit status 1). A check that ran no example against the
+target is `not tested`, never a pass; a failure of batchproof itself is an `error` (both exit
+status 3). A known divergence whose inputs were met but never diverged is reported as
+`not reproduced` (fixed upstream? then remove it from the adapter).
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import dataclasses
 import json
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis.errors import Unsatisfiable
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from tensordict import TensorDictBase
 
-from harness import profiles, registry
-from harness.adapters import (
+from batchproof import profiles, registry
+from batchproof.adapters import (
     Adapter,
     FrameworkMissing,
     all_adapters,
@@ -34,10 +38,11 @@ from harness.adapters import (
     get_adapter,
     identity_adapter,
 )
-from harness.checks import CheckStats, check_equivalence, check_error_parity, run_check
-from harness.registry import BadCase, Candidate, Case, OpInfo
+from batchproof.checks import CheckStats, check_equivalence, check_error_parity, run_check
+from batchproof.registry import BadCase, Candidate, Case, OpInfo
+from batchproof.report import Failure, command, describe
 
-console = Console()
+console = Console(width=None if Console().is_terminal else 140)
 
 
 @dataclass
@@ -62,11 +67,17 @@ class CheckOutcome:
     adapter: str
     record: str
     check: str
-    status: str  # pass | new | known | skipped
+    status: str  # pass | new | known | skipped | not tested | error
     examples: int = 0
     seconds: float = 0.0
     detail: str = ""
     notes: list[str] = field(default_factory=list)
+    minimal: str = ""  # a failure's minimal input, as a call of the contract function
+    blob: str = ""  # Hypothesis' reproduction blob of a generated failure
+
+    def lines(self, replay: str = "") -> list[str]:
+        """The failure as a person reads it (`batchproof.report`)."""
+        return Failure("", self.detail, self.minimal, self.blob, self.notes).lines(replay)
 
 
 @dataclass
@@ -82,6 +93,11 @@ class AdapterReport:
     @property
     def new(self) -> list[CheckOutcome]:
         return [o for o in self.outcomes if o.status == "new"]
+
+    @property
+    def errors(self) -> list[CheckOutcome]:
+        """Checks batchproof could not carry out: an error of its own, or no example run."""
+        return [o for o in self.outcomes if o.status in ("error", "not tested")]
 
 
 # --------------------------------------------------------------------------- the adapted record
@@ -150,13 +166,17 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                   max_examples: int | None = None,
                   report_multiple_bugs: bool = True,
                   replay_database: bool = True,
-                  derandomize: bool = False) -> AdapterReport:
+                  derandomize: bool = False,
+                  seed: int | None = None,
+                  reproduce: tuple[str, str] | None = None,
+                  base_settings: settings | None = None) -> AdapterReport:
     """Run the record's checks (or the named ones) on the adapter; never raises on divergence.
 
-    Hypothesis runs under the loaded profile (`max_examples` overrides its example count).
-    `replay_database=False` starts from fresh examples instead of replaying the failures saved
-    in Hypothesis' example database (what a test of the shrunk example needs); `derandomize`
-    makes the search the same on every run (a test that asserts what it finds needs that)."""
+    Hypothesis runs under `base_settings` (default: the loaded profile; `max_examples` overrides
+    its example count). `replay_database=False` starts from fresh examples instead of replaying
+    the failures saved in Hypothesis' example database (what a test of the shrunk example
+    needs); `derandomize` makes the search the same on every run (a test that asserts what it
+    finds needs that); `seed` and `reproduce` are `run_check`'s."""
     candidate = candidate if candidate is not None else adapter.candidate()
     tally = KnownTally()
     info = adapted_record(adapter, candidate, tally)
@@ -168,10 +188,15 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     outcomes: list[CheckOutcome] = []
     run_names = set(info.check_names())
     search = dataclasses.replace(info, pins=[])
-    quiet = settings(suppress_health_check=[*settings().suppress_health_check,
+    start = base_settings if base_settings is not None else settings()
+    quiet = settings(start,
+                     suppress_health_check=[*start.suppress_health_check,
                                             HealthCheck.filter_too_much, HealthCheck.too_slow],
-                     max_examples=max_examples or settings().max_examples,
-                     report_multiple_bugs=report_multiple_bugs, derandomize=derandomize,
+                     max_examples=max_examples or start.max_examples,
+                     report_multiple_bugs=report_multiple_bugs,
+                     derandomize=derandomize or start.derandomize,
+                     deadline=None,  # tensor code has first-call warm-ups
+                     print_blob=True,  # the replay line needs the failure's blob
                      **({} if replay_database else {"database": None}))
     for check in wanted:
         outcome = CheckOutcome(adapter.name, adapter.record, check, "pass")
@@ -186,14 +211,23 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 # pins run as their own checks; the searches start without them so that a
                 # failure is Hypothesis' shrunk example, not a replay of a pin
                 record = info if check.startswith("pin:") else search
-                run_check(record, check, candidate, settings=quiet, stats=stats)
+                run_check(record, check, candidate, settings=quiet, stats=stats, seed=seed,
+                          reproduce=reproduce)
             except Unsatisfiable:
-                outcome.status = "known"
-                outcome.detail = "every generated input met a known divergence"
+                outcome.status = "not tested"
+                outcome.detail = "every generated input met a known divergence or was outside " \
+                                 "the adapter's domain"
             except Exception as exc:  # noqa: BLE001 - a new divergence, reported
-                outcome.status = "new"
-                outcome.detail, outcome.notes = _describe(exc)
+                failure = describe(exc, stats, base.function)
+                outcome.status = "new" if failure.kind == "divergence" else "error"
+                outcome.detail, outcome.notes = failure.message, failure.notes
+                # a replayed failure prints no blob of its own: keep the one replayed
+                outcome.minimal = failure.minimal
+                outcome.blob = failure.blob or (reproduce[1] if reproduce else "")
             outcome.examples, outcome.seconds = stats.examples, time.perf_counter() - started
+            if outcome.status == "pass" and outcome.examples == 0:
+                outcome.status = "not tested"
+                outcome.detail = "no example reached the target"
         outcomes.append(outcome)
     known = [{"name": k.name, "kind": k.kind, "hits": tally.hits[k.name],
               "confirmed": tally.confirmed[k.name], "example": tally.example.get(k.name, ""),
@@ -210,18 +244,6 @@ def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str) -> tuple[str, str
         return "skipped", "input outside the adapter's domain"
     names = [k.name for k in adapter.known if k.concerns(kind) and k.applies(inputs)]
     return "known", ", ".join(names)
-
-
-def _describe(exc: BaseException) -> tuple[str, list[str]]:
-    """The failure text and notes, flattening Hypothesis' multiple-failure groups."""
-    group = getattr(exc, "exceptions", None)  # an ExceptionGroup (builtin from Python 3.11)
-    if isinstance(group, tuple) and group:
-        notes: list[str] = []
-        for i, sub in enumerate(group, 1):
-            sub_text, sub_notes = _describe(sub)
-            notes += [f"--- failure {i}: {sub_text}", *sub_notes]
-        return f"{len(group)} distinct failures: " + _describe(group[0])[0], notes
-    return f"{type(exc).__name__}: {exc}", [str(n) for n in getattr(exc, "__notes__", [])]
 
 
 # --------------------------------------------------------------------------- selection and CLI
@@ -251,48 +273,123 @@ def select_adapters(impl: str, ops: list[str] | None, adapter: str | None) -> li
     return chosen
 
 
-def main(impl: str, ops: list[str] | None, adapter: str | None, profile: str | None,
-         json_path: str | None) -> int:
-    profile = profiles.load(profile)
+def main(args) -> int:
+    """`batchproof check` (see `batchproof.cli`): 0 no new divergence, 1 a new one, 2 a usage
+    error, 3 the target could not be imported or a check could not be carried out."""
+    from batchproof.cli import HARNESS, UsageError, reproduce_of, run_settings
+
+    profile = profiles.load(args.profile)
     try:
-        adapters = select_adapters(impl, ops, adapter)
+        adapters = [scoped(a, forms=args.forms, not_provided=args.not_provided, skip=args.skip)
+                    for a in select_adapters(args.impl, args.op, args.adapter)]
     except ValueError as err:
-        console.print(f"[red]{err}[/red]", highlight=False)
-        return 2
+        raise UsageError(str(err)) from None
+    for chosen in adapters:
+        unknown = set(args.check or ()) - set(registry.get(chosen.record).check_names())
+        if unknown:
+            raise UsageError(f"{chosen.record} has no check {sorted(unknown)[0]!r} "
+                             "(see `batchproof list checks`)")
     reports = []
     for chosen in adapters:
         try:
             candidate = chosen.candidate()
         except FrameworkMissing as err:
-            console.print(f"[red]{chosen.name}: {err}[/red]", highlight=False)
-            return 2
+            console.print(f"{chosen.name}: {err}", markup=False, highlight=False, soft_wrap=True)
+            return HARNESS
         with console.status(f"checking {chosen.name} ({chosen.target})"):
-            reports.append(check_adapter(chosen, candidate))
-        print_report(reports[-1], profile)
-    if json_path:
-        with open(json_path, "w") as handle:
-            json.dump({"profile": profile, "impl": impl, "reports": [asdict(r) for r in reports]},
-                      handle, indent=2)
-        console.print(f"report written to {json_path}")
+            reports.append(check_adapter(chosen, candidate, checks=args.check,
+                                         report_multiple_bugs=False, seed=args.seed,
+                                         reproduce=reproduce_of(args.reproduce),
+                                         base_settings=run_settings(args.max_examples)))
+        adapter_name = args.adapter or (None if ":" in args.impl else chosen.name)
+        print_report(reports[-1], profile, replay=replayer(
+            args.impl, chosen.record, adapter=adapter_name, profile=args.profile,
+            forms=args.forms, not_provided=args.not_provided, skip=args.skip))
+    code = exit_code(reports)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
+                       "reports": [asdict(r) for r in reports]}, handle, indent=2)
+        console.print(f"report written to {args.json}", markup=False, highlight=False)
     new = sum(len(r.new) for r in reports)
-    colour = "red" if new else "green"
-    console.print(f"[{colour}]{new} new divergence(s)[/{colour}] in {len(reports)} adapter(s); "
-                  f"known divergences are listed above")
-    return 1 if new else 0
+    errors = sum(len(r.errors) for r in reports)
+    colour = "red" if new or errors else "green"
+    console.print(f"[{colour}]{new} new divergence(s)[/{colour}]"
+                  + (f", [red]{errors} check(s) not carried out[/red]" if errors else "")
+                  + f" in {len(reports)} adapter(s); known divergences are listed above")
+    return code
+
+
+def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=()) -> Adapter:
+    """The adapter narrowed to a function that takes only `forms`, does not produce the
+    `not_provided` outputs, and is not to be run through the `skip` checks (or {check: why});
+    skipping `errors` skips every bad-input check: the bad-input pins too."""
+    info = registry.get(adapter.record)
+    if forms:
+        unknown = [f for f in forms if f not in info.forms]
+        if unknown:
+            raise ValueError(f"{info.name} has no input form {unknown[0]!r}; its forms: "
+                             f"{list(info.forms)}")
+    unknown = [c for c in skip if c not in info.check_names()]
+    if unknown:
+        raise ValueError(f"{info.name} has no check {unknown[0]!r} (see `batchproof list "
+                         "checks`)")
+    why = dict(skip) if isinstance(skip, Mapping) else {c: "skipped by the caller" for c in skip}
+    if "errors" in why:  # the bad-input checks: the errors search and every bad-input pin
+        why |= {f"pin:{pin.name}": f"a bad-input pin ({why['errors']})" for pin in info.pins
+                if isinstance(pin.case, BadCase) and f"pin:{pin.name}" not in why}
+    return dataclasses.replace(
+        adapter, skip={**adapter.skip, **why},
+        not_provided=tuple(dict.fromkeys([*adapter.not_provided, *(not_provided or ())])),
+        **({"forms": tuple(forms)} if forms else {}))
+
+
+def exit_code(reports: list[AdapterReport]) -> int:
+    """3 when a check could not be carried out, else 1 when a new divergence was found, else 0."""
+    if not reports or any(r.errors for r in reports):
+        return 3
+    return 1 if any(r.new for r in reports) else 0
+
+
+def replayer(impl: str, record: str, *, adapter: str | None = None, profile: str | None = None,
+             forms=None, not_provided=(), skip=()):
+    """outcome -> the `batchproof check` command line that replays its failure alone."""
+    words = ["batchproof", "check", "--impl", impl]
+    words += ["--adapter", adapter] if adapter else ["--op", record]
+    for flag, values in (("--forms", forms or ()), ("--not-provided", not_provided or ()),
+                         ("--skip", skip or ())):
+        for value in values:
+            words += [flag, value]
+    if profile:
+        words += ["--profile", profile]
+
+    def replay(outcome: CheckOutcome) -> str:
+        extra = ["--check", outcome.check] + (["--reproduce", outcome.blob] if outcome.blob
+                                              else [])
+        return command(words + extra)
+
+    return replay
 
 
 _STYLE = {"pass": "[green]PASS[/green]", "new": "[red]NEW DIVERGENCE[/red]",
-          "known": "[yellow]known[/yellow]", "skipped": "[dim]skipped[/dim]"}
+          "known": "[yellow]known[/yellow]", "skipped": "[dim]skipped[/dim]",
+          "not tested": "[yellow]NOT TESTED[/yellow]", "error": "[red]ERROR[/red]"}
 
 
-def print_report(report: AdapterReport, profile: str) -> None:
-    console.rule(f"{report.adapter}: {report.target} ({report.version}) vs {report.record}")
+def print_report(report: AdapterReport, profile: str, replay=None, console: Console = console
+                 ) -> None:
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    version = f" ({report.version})" if report.version != "-" else ""
+    console.rule(f"{report.target}{version} vs {report.record}")
     table = Table(title=f"checks — profile={profile}")
     for column in ("check", "result", "examples", "time", "detail"):
         table.add_column(column, justify="right" if column in ("examples", "time") else "left")
     for o in report.outcomes:
-        detail = o.detail if o.status != "new" else o.detail.splitlines()[0][:80]
-        table.add_row(o.check, _STYLE[o.status], str(o.examples), f"{o.seconds:.1f}s", detail)
+        detail = o.detail if o.status not in ("new", "error") else o.detail.splitlines()[0][:80]
+        table.add_row(o.check, _STYLE[o.status], str(o.examples), f"{o.seconds:.1f}s",
+                      escape(detail))
     console.print(table)
     if report.known:
         known = Table(title="known divergences (inputs set aside so the search goes on)")
@@ -305,15 +402,15 @@ def print_report(report: AdapterReport, profile: str) -> None:
             known.add_row(k["name"], k["kind"], str(k["hits"]), confirmed)
         console.print(known)
         for k in report.known:
-            console.print(f"  {k['name']}: {k['doc']}", markup=False, highlight=False)
+            say(f"  {k['name']}: {k['doc']}")
             if k["example"]:
-                console.print(f"    smallest input seen: {k['example']}", markup=False,
-                              highlight=False)
+                say(f"    smallest input seen: {k['example']}")
     if report.unsupported:
-        console.print(f"{report.unsupported} generated inputs were outside the adapter's domain "
-                      "(not run)")
-    for o in report.new:
-        console.rule(f"[red]new divergence: {o.adapter} — {o.check}")
-        console.print(o.detail, markup=False, highlight=False)
-        for note in o.notes:
-            console.print(note, markup=False, highlight=False)
+        say(f"{report.unsupported} generated inputs were outside the adapter's domain (not run)")
+    for o in report.outcomes:
+        if o.status not in ("new", "error"):
+            continue
+        label = "new divergence" if o.status == "new" else "error (batchproof's own)"
+        console.rule(f"[red]{label}: {o.adapter} — {o.check}")
+        for line in o.lines(replay(o) if replay else ""):
+            say(line)

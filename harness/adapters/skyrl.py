@@ -23,10 +23,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from harness.adapters import Adapter, KnownDivergence, register_adapter
-from harness.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
-from harness.registry import BadCase, Case
-from reference._checks import check_pad_token_id
+from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
+from batchproof.reference._checks import check_pad_token_id
+from batchproof.registry import BadCase, Case
 
 PER_TOKEN = ("rewards", "loss_masks", "logprobs")
 

@@ -28,8 +28,8 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict, TensorDictBase
 
-from harness.adapters import Adapter, KnownDivergence, register_adapter
-from harness.registry import BadCase, Case
+from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.registry import BadCase, Case
 
 UPSTREAM = "verl/utils/seqlen_balancing.py (verl 0.9.1)"
 SEQLEN = "verl.utils.seqlen_balancing"
@@ -214,7 +214,7 @@ def position_ids_adapter(compute_position_id_with_mask: Callable[..., Any]) -> C
     """The reference batch with its position_ids recomputed by verl from the attention mask."""
 
     def build_rl_batch(*args, **kwargs):
-        from reference.rl_batch import build_rl_batch as reference
+        from batchproof.reference.rl_batch import build_rl_batch as reference
 
         td = reference(*args, **kwargs)
         td["position_ids"] = compute_position_id_with_mask(td["attention_mask"])
@@ -256,7 +256,7 @@ def _is_batch(td: Any) -> bool:
 
 
 def _is_nested_batch(td: Any) -> bool:
-    from reference.nesting import STASH
+    from batchproof.reference.nesting import STASH
 
     return _is_batch(td) and STASH in td.keys()
 
@@ -277,8 +277,8 @@ def no_padding_adapter(left_right_2_no_padding: Callable[..., Any]) -> Callable[
     sees the acceptance); an exception from verl propagates as it is."""
 
     def nest_by_mask(td, **kwargs):
-        from reference.nesting import DenseFieldError
-        from reference.nesting import nest_by_mask as reference
+        from batchproof.reference.nesting import DenseFieldError
+        from batchproof.reference.nesting import nest_by_mask as reference
 
         data = td.clone() if isinstance(td, TensorDictBase) else td
         out = left_right_2_no_padding(data)
@@ -343,7 +343,7 @@ def multi_axis_equal_rows(case: Case) -> bool:
 def bad_verl_batches(draw) -> BadCase:
     """The contract's invalid inputs that concern verl's arguments (its other invalid inputs are
     about the contract's keywords: pad_token_id, rules, strict, ignore_dense)."""
-    from harness.ops.nesting import nest_quietly, verl_batches
+    from batchproof.ops.nesting import nest_quietly, verl_batches
 
     td, pad = draw(verl_batches())
     kind = draw(st.sampled_from(["not_binary", "not_td", "nested"]))
@@ -422,7 +422,7 @@ def padding_adapter(no_padding_2_padding: Callable[..., Any]) -> Callable[..., A
     left_right_2_no_padding sets), on a shallow copy."""
 
     def extract_response(td, output):
-        from reference.nesting import stash_of
+        from batchproof.reference.nesting import stash_of
 
         data = td
         if _is_nested_batch(td):
@@ -435,7 +435,7 @@ def padding_adapter(no_padding_2_padding: Callable[..., Any]) -> Callable[..., A
 
 def _segment_lengths(td: Any) -> tuple[list[int], list[int], int, int] | None:
     """(p_i, r_i, the contract's R, the width of the response columns), or None."""
-    from reference import nesting as ref
+    from batchproof.reference import nesting as ref
 
     try:
         dense = ref.unnest_by_mask(td) if _is_nested_batch(td) else td
@@ -476,7 +476,7 @@ def empty_prompt(case: Case) -> bool:
 def float_attention_mask(case: Case) -> bool:
     """A floating-point attention_mask, in the batch or (nested) in the dense form it stashes
     (the contract's nested_equals_dense property runs verl on both forms)."""
-    from reference.nesting import stash_of
+    from batchproof.reference.nesting import stash_of
 
     td = case.args[0] if case.args else None
     if _is_nested_batch(td):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harness.mutmut_driver import Mutant
+    from batchproof.mutmut_driver import Mutant
 
 ON_CPU = ("CPU-equivalent: the tensor is created on (or moved to) the default device, which is "
           "the target device on CPU; killed on CUDA by tests/test_registry.py::test_impl_on_cuda "

@@ -1,13 +1,8 @@
 """Registry records, one module per op (mirroring `reference/` and `impl/`).
 
-Importing this package registers every record; the order below is the order of `harness verify`.
+`batchproof.registry.all_ops()` imports these modules, which registers their records; the order
+below is the order of `batchproof verify`. Importing this package alone registers nothing (the
+CLI reads `OP_MODULES` for its help without importing torch).
 """
 
-import importlib
-import importlib.util
-
-OP_MODULES = ["rl_batch", "sft", "nesting", "varlen", "balance", "trainer", "pipeline"]
-
-for _name in OP_MODULES:
-    if importlib.util.find_spec(f"{__name__}.{_name}") is not None:
-        importlib.import_module(f"{__name__}.{_name}")
+OP_MODULES = ("rl_batch", "sft", "nesting", "varlen", "balance", "trainer", "pipeline")

@@ -10,10 +10,10 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from harness import strategies as hs
-from harness.compare import assert_identical
-from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
-from reference import balance as _reference
+from batchproof import blocks as hs
+from batchproof.compare import assert_identical
+from batchproof.reference import balance as _reference
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
 MAX_VALUES = 12
 

@@ -18,19 +18,19 @@ from __future__ import annotations
 import functools
 import io
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 from tensordict import NonTensorStack, TensorDict, TensorDictBase
 
-import reference.nesting as ref_nesting
-from harness import strategies as hs
-from harness.compare import assert_identical
-from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
-from harness.workloads import Workload
-from reference.rl_batch import build_rl_batch
+import batchproof.reference.nesting as ref_nesting
+from batchproof import blocks as hs
+from batchproof.compare import assert_identical
+from batchproof.reference.rl_batch import build_rl_batch
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.workloads import Workload
 
 # --------------------------------------------------------------------------- the spec's table
 
@@ -197,17 +197,20 @@ def verl_like_lengths(
 
 
 @st.composite
-def verl_batches(draw, *, orphans: bool = True, wide: bool = False) -> tuple[TensorDict, int]:
+def verl_batches(draw, *, orphans: bool = True, wide: bool = False,
+                 pairs: st.SearchStrategy[list[tuple[int, int]]] | None = None,
+                 pad_token_ids: Sequence[int] = (0, 1, 7)) -> tuple[TensorDict, int]:
     """(verl-layout batch, pad_token_id). `orphans=False`: no row with an empty prompt and a
     non-empty response (extract_response rejects those). `wide`: a few rows of 1,000+ real
-    tokens (vectorized builder)."""
+    tokens (vectorized builder). `pairs`: the (prompt, response) lengths (default: up to 6 and
+    8 tokens)."""
     if wide:
         return draw(_wide_batches())
-    pairs = draw(hs.length_pairs(max_prompt=6, max_response=8))
+    pairs = draw(pairs if pairs is not None else hs.length_pairs(max_prompt=6, max_response=8))
     if not orphans:
         pairs = [(max(p, 1) if r else p, r) for p, r in pairs]
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
-    pad = draw(st.sampled_from([0, 1, 7]))
+    pad = draw(st.sampled_from(list(pad_token_ids)))
     generator = draw(hs.generators())  # contents: nesting never looks at values
     prompts, responses = _token_rows(p_lens, generator), _token_rows(r_lens, generator)
     base = build_rl_batch(prompts, responses, pad_token_id=pad, layout="two_segment")
@@ -650,7 +653,7 @@ def masked_input(case: Case) -> TensorDict:
 
 
 def _same_bits(expected: torch.Tensor, actual: torch.Tensor, what: str) -> None:
-    assert_identical(expected, actual, reproduce=what)
+    assert_identical(expected, actual, compared=what)
 
 
 # --------------------------------------------------------------------------- nest properties
@@ -661,7 +664,7 @@ def prop_round_trip(case: Case, nested) -> None:
     """unnest(nest(td)) == td with every mask-0 position of every nested field set to its pad,
     exactly, dtypes included (the masks per the spec's table, tool tokens kept)."""
     assert_identical(masked_input(case), ref_nesting.unnest_by_mask(nested),
-                     reproduce="reference.nesting.unnest_by_mask(output) vs masked input")
+                     compared="reference.nesting.unnest_by_mask(output) vs masked input")
 
 
 @_asserting
@@ -743,7 +746,7 @@ def prop_inverse(case: Case, dense) -> None:
     nested = case.args[0]
     stash = nested.get_non_tensor(ref_nesting.STASH)
     again = nest_quietly(dense, rules=rules_from_stash(stash))
-    assert_identical(nested, again, reproduce="nest_by_mask(unnest_by_mask(n)) vs n")
+    assert_identical(nested, again, compared="nest_by_mask(unnest_by_mask(n)) vs n")
 
 
 def prop_chunk_commutes(case: Case, dense, candidate) -> None:
@@ -758,7 +761,7 @@ def prop_chunk_commutes(case: Case, dense, candidate) -> None:
             except Exception as exc:  # noqa: BLE001
                 raise AssertionError(f"unnest of rows [{start}, {stop}) raised {exc!r}") from exc
             assert_identical(dense[start:stop], part,
-                             reproduce=f"unnest(n[{start}:{stop}]) vs unnest(n)[{start}:{stop}]")
+                             compared=f"unnest(n[{start}:{stop}]) vs unnest(n)[{start}:{stop}]")
 
 
 # --------------------------------------------------------------------------- chunk properties
@@ -784,7 +787,7 @@ def prop_unnest_commutes(case: Case, pieces) -> None:
     for piece in pieces:
         stop = start + piece.batch_size[0]
         assert_identical(dense[start:stop], ref_nesting.unnest_by_mask(piece),
-                         reproduce=f"unnest(chunk rows [{start}, {stop}))")
+                         compared=f"unnest(chunk rows [{start}, {stop}))")
         start = stop
 
 
@@ -808,7 +811,7 @@ def prop_matches_dense_slice(case: Case, result) -> None:
     for i in range(batch):
         r = int(responses[i])
         expected[i, :r] = scattered[i, prompt_width - 1:prompt_width - 1 + r]
-    assert_identical(expected, result, reproduce="dense slice output[i, P-1+j]")
+    assert_identical(expected, result, compared="dense slice output[i, P-1+j]")
 
 
 def prop_nested_equals_dense(case: Case, result, candidate) -> None:
@@ -822,7 +825,7 @@ def prop_nested_equals_dense(case: Case, result, candidate) -> None:
         again = candidate(other, output)
     except Exception as exc:  # noqa: BLE001
         raise AssertionError(f"extract_response on the other form raised {exc!r}") from exc
-    assert_identical(result, again, reproduce="extract_response(nest(td)) vs (unnest(td))")
+    assert_identical(result, again, compared="extract_response(nest(td)) vs (unnest(td))")
 
 
 # --------------------------------------------------------------------------- pad properties
@@ -858,7 +861,7 @@ def prop_values_in_place(case: Case, out) -> None:
                                dtype=value.dtype)
         columns = min(response_width, value.shape[1])
         expected[:, :columns] = kept[:, :columns]
-        assert_identical(expected, out[name], reproduce=f"{name} at its original columns")
+        assert_identical(expected, out[name], compared=f"{name} at its original columns")
 
 
 # --------------------------------------------------------------------------- payload properties
@@ -1111,7 +1114,7 @@ def _verl_fill_case() -> Case:
                               generator=generator)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import impl.nesting as impl_nesting  # fast; the function under test is payload_report
+        import batchproof.impl.nesting as impl_nesting  # fast; the function under test is payload_report
 
         return Case((td, impl_nesting.nest_by_mask(td, pad_token_id=0)))
 
@@ -1229,7 +1232,7 @@ def _sync(device: str) -> None:
 
 def nesting_workload(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> Workload:
     """The variants timed by this benchmark (also usable by `harness bench`)."""
-    from impl import nesting as impl
+    from batchproof.impl import nesting as impl
 
     dense = verl_batch(batch, device, seed)
     nested = impl.nest_by_mask(dense, pad_token_id=0, strict=True)

@@ -18,11 +18,11 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from harness import strategies as hs
-from harness.compare import Mismatch, assert_identical, assert_logprobs_close
-from harness.models import VOCAB, ModelCase, ModelSpec
-from harness.registry import Case, OpInfo, Pin, Property, register
-from reference.pipeline import LEDGER_KEYS, loss_scale
+from batchproof import blocks as hs
+from batchproof.compare import Mismatch, assert_identical, assert_logprobs_close
+from batchproof.models import VOCAB, ModelCase, ModelSpec
+from batchproof.reference.pipeline import LEDGER_KEYS, loss_scale
+from batchproof.registry import Case, OpInfo, Pin, Property, register
 
 MODEL = ModelSpec("llama", "eager")  # cached tiny float32 model; eager is the fastest on CPU
 EXACT_KEYS = tuple(k for k in LEDGER_KEYS if k != "logprob")
@@ -106,7 +106,7 @@ def loss_tolerance(ledger: TensorDict) -> float:
 def assert_same_step(expected, actual, **kwargs) -> None:
     """Ledgers equal: exact columns bit for bit, logprobs per token within the float32
     tolerance, total loss within `loss_tolerance`."""
-    assert_identical(_exact(expected), _exact(actual), reproduce=kwargs.get("reproduce", ""))
+    assert_identical(_exact(expected), _exact(actual), compared=kwargs.get("compared", ""))
     assert_logprobs_close(expected["logprob"], actual["logprob"],
                           torch.ones_like(expected["logprob"], dtype=torch.bool), torch.float32)
     _assert_loss_close(expected, actual)
@@ -263,7 +263,7 @@ PINS = [
 
 def show_step(case: Case, output: TensorDict) -> list[str]:
     """Each stage of the impl chain on `case`, one block per stage."""
-    from impl.pipeline import trace_rl_step
+    from batchproof.impl.pipeline import trace_rl_step
 
     trace = case.call(trace_rl_step)
     lines = [f"rollouts: {len(case.args[0])} step rows, trajectories {case.args[3]}, "
@@ -333,4 +333,5 @@ PIPELINE = register(OpInfo(
     show=show_step,
     doc="one RL step's data path: rollouts → batch → advantages → padding → DP ranks → "
         "micro-batches → packed logprobs → loss ledger",
+    requires=("transformers",),
 ))

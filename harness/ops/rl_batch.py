@@ -3,48 +3,76 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 from hypothesis import strategies as st
 
-from harness import strategies as hs
-from harness.compare import assert_identical
-from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof import blocks as hs
+from batchproof.compare import assert_identical
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
 # --------------------------------------------------------------------------- strategies
 
 
+REWARD_KINDS = ("none", "per_token", "scalar", "mixed")
+"""How `rewards` is given: absent, per-token lists, one scalar per sample, or a mix of both."""
+
+
 @st.composite
-def rl_batch_cases(draw, *, layouts=("left", "two_segment")) -> Case:
-    """A valid `build_rl_batch` call: structure (lengths) first, then tokens and per-token values."""
-    pairs = draw(hs.length_pairs())
+def rl_batch_cases(
+    draw,
+    *,
+    layouts: Sequence[str] = ("left", "two_segment"),
+    pairs: st.SearchStrategy[list[tuple[int, int]]] | None = None,
+    pad_token_ids: Sequence[int] = (0, 1, 49),
+    rewards: Sequence[str] = REWARD_KINDS,
+    loss_masks: bool | None = None,
+    logprobs: bool | None = None,
+    max_seq_len: bool | None = None,
+) -> Case:
+    """A valid `build_rl_batch` call: structure (lengths) first, then tokens and per-token values.
+
+    `pairs`: the (prompt, response) lengths (default `blocks.length_pairs()`). `rewards`: the
+    kinds of `REWARD_KINDS` to draw from. `loss_masks`, `logprobs`, `max_seq_len`: None draws
+    whether to pass it, True always passes it, False never. The defaults are what the registry
+    draws (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
+    pairs = draw(pairs if pairs is not None else hs.length_pairs())
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
     prompts = draw(hs.token_rows(p_lens))
     responses = draw(hs.token_rows(r_lens))
-    kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49]))}
+    kwargs = {"pad_token_id": draw(st.sampled_from(pad_token_ids))}
     layout = draw(st.sampled_from(layouts))
     if layout != "left" or draw(st.booleans()):
         kwargs["layout"] = layout
-    if draw(st.booleans()):
-        kwargs["rewards"] = draw(_rewards(r_lens))
-    if draw(st.booleans()):
+    given = [kind for kind in rewards if kind != "none"]
+    if given and ("none" not in rewards or draw(st.booleans())):
+        kwargs["rewards"] = draw(_rewards(r_lens, given))
+    if _passed(draw, loss_masks):
         kwargs["loss_masks"] = draw(st.one_of(hs.mask_rows(r_lens), hs.float_rows(r_lens)))
-    if draw(st.booleans()):
+    if _passed(draw, logprobs):
         kwargs["logprobs"] = draw(hs.float_rows(r_lens))
-    if draw(st.integers(0, 2)) == 0:  # near the tight width, on both sides of it
-        tight = max(p + r for p, r in pairs)
+    if max_seq_len or (max_seq_len is None and draw(st.integers(0, 2)) == 0):
+        tight = max(p + r for p, r in pairs)  # near the tight width, on both sides of it
         kwargs["max_seq_len"] = max(0, tight + draw(st.integers(-3, 2)))
     return Case((prompts, responses), kwargs)
 
 
-def _rewards(r_lens):
-    """Per-token reward lists, one scalar per sample, or a mix of both."""
+def _passed(draw, option: bool | None) -> bool:
+    """Whether an optional argument is passed: drawn when `option` is None."""
+    return draw(st.booleans()) if option is None else option
+
+
+def _rewards(r_lens, kinds: Sequence[str] = REWARD_KINDS[1:]):
+    """Per-token reward lists, one scalar per sample, or a mix of both (the `kinds` given)."""
     scalar = hs.float32s()
     per_token = hs.float_rows(r_lens)
     mixed = st.tuples(*[st.one_of(scalar, st.lists(hs.float32s(), min_size=n, max_size=n))
                         for n in r_lens]).map(list)
-    return st.one_of(per_token, st.lists(scalar, min_size=len(r_lens), max_size=len(r_lens)),
-                     mixed)
+    choices = {"per_token": per_token,
+               "scalar": st.lists(scalar, min_size=len(r_lens), max_size=len(r_lens)),
+               "mixed": mixed}
+    return st.one_of(*[choices[kind] for kind in REWARD_KINDS[1:] if kind in kinds])
 
 
 @st.composite

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from harness import strategies as hs
-from harness.compare import assert_identical
-from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
-from reference import sft as oracle
+from batchproof import blocks as hs
+from batchproof.compare import assert_identical
+from batchproof.reference import sft as oracle
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
 MAX_EXAMPLES = 6
 WEIGHTS = [0.0, 1.0, 0.5, 2.0, -0.0, 0.25, 1e-40]
@@ -47,11 +48,17 @@ class ParallelConfig:
 NAMED_CONFIGS = [(1, 1, 1, 1), (2, 1, 1, 2), (1, 2, 1, 2), (2, 1, 2, 1), (4, 1, 1, 4)]
 
 
-def parallel_configs(max_size: int = 4) -> st.SearchStrategy[ParallelConfig]:
-    """dp, tp, pp, cp in [1, max_size] (named configs first), fp8 on or off."""
-    size = st.integers(1, max_size)
-    shape = st.one_of(st.sampled_from(NAMED_CONFIGS), st.tuples(size, size, size, size))
-    return st.tuples(shape, st.booleans()).map(lambda t: ParallelConfig(*t[0], fp8=t[1]))
+def parallel_configs(*, max_dp: int = 4, max_tp: int = 4, max_pp: int = 4, max_cp: int = 4,
+                     fp8: bool | None = None) -> st.SearchStrategy[ParallelConfig]:
+    """dp, tp, pp, cp each in [1, its maximum] (the named configs within them first), fp8 on or
+    off (None: drawn)."""
+    limits = (max_dp, max_tp, max_pp, max_cp)
+    named = [c for c in NAMED_CONFIGS if all(v <= m for v, m in zip(c, limits))]
+    shape = st.tuples(*[st.integers(1, m) for m in limits])
+    if named:
+        shape = st.one_of(st.sampled_from(named), shape)
+    flag = st.booleans() if fp8 is None else st.just(fp8)
+    return st.tuples(shape, flag).map(lambda t: ParallelConfig(*t[0], fp8=t[1]))
 
 
 def _num_actions(s: int) -> st.SearchStrategy[int]:
@@ -59,9 +66,21 @@ def _num_actions(s: int) -> st.SearchStrategy[int]:
     return st.one_of(st.just(s), st.just(1), st.integers(1, s))
 
 
-def _per_length(make, max_len: int = hs.MAX_LEN) -> dict[int, st.SearchStrategy]:
-    """One strategy per row length, built once (building strategies per draw is slow)."""
-    return {n: make(n) for n in range(max_len + 1)}
+class _PerLength(dict):
+    """One strategy per row length, each built once, on first use (building strategies per draw
+    is slow)."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, n: int) -> st.SearchStrategy:
+        self[n] = strategy = self.make(n)
+        return strategy
+
+
+def _per_length(make) -> dict[int, st.SearchStrategy]:
+    return _PerLength(make)
 
 
 def _from_bytes(convert) -> dict[int, st.SearchStrategy]:
@@ -76,7 +95,7 @@ def _token(byte: int) -> int:
     return byte % 4 if byte < 128 else byte % hs.VOCAB
 
 
-_LENGTHS = {n: hs.lengths(n, min_len=1) for n in range(1, 2 * MAX_EXAMPLES + 1)}
+_LENGTHS = _per_length(lambda n: hs.lengths(n, min_len=1))
 _NUM_ACTIONS = _per_length(_num_actions)
 _TOKENS = _from_bytes(_token)
 _BINARY = _from_bytes(lambda b: int(b % 3 != 0))  # 0/1 with interior zeros, 2/3 ones
@@ -88,18 +107,29 @@ _LOSS_KIND = st.sampled_from(["binary", "binary", "bools", "weights", "floats"])
 _MASK_TYPE = st.sampled_from([int, int, bool, float])
 
 
+LOSS_KINDS = ("binary", "bools", "weights", "floats")
+ATTENTION_KINDS = ("absent", "ones", "zeros")
+
+
 @st.composite
 def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
-                 packed: bool = False) -> list[dict]:
-    """Examples: lengths (>= 1; uniform, equal, heavy-tailed), num_actions (s and 1 favoured),
-    which masks are given; then token ids (pad-id collisions), loss masks (0/1 with interior
-    zeros, bools or float weights), attention masks (interior zeros only if not packed)."""
+                 packed: bool = False, max_len: int = hs.MAX_LEN,
+                 loss_kinds: Sequence[str] | None = None,
+                 attention_kinds: Sequence[str] | None = None) -> list[dict]:
+    """Examples: lengths (>= 1, at most `max_len`; uniform, equal, heavy-tailed), num_actions
+    (s and 1 favoured), which masks are given; then token ids (pad-id collisions), loss masks
+    (0/1 with interior zeros, bools or float weights), attention masks (interior zeros only if
+    not packed). `loss_kinds` (of `LOSS_KINDS`) and `attention_kinds` (of `ATTENTION_KINDS`)
+    narrow the choice; the defaults are what the registry draws."""
     n = draw(st.integers(min_size, max_size))
-    lengths = draw(_LENGTHS[n])
+    lengths = draw(_LENGTHS[n] if max_len == hs.MAX_LEN else hs.lengths(n, min_len=1,
+                                                                          max_len=max_len))
     actions = [draw(_NUM_ACTIONS[s]) for s in lengths]
-    kinds = draw(st.lists(st.sampled_from(["absent", "ones"] if packed else
-                                          ["absent", "ones", "zeros"]), min_size=n, max_size=n))
-    loss_kind = _LOSS_KINDS[draw(_LOSS_KIND)]
+    if attention_kinds is None:
+        attention_kinds = ATTENTION_KINDS[:2] if packed else ATTENTION_KINDS
+    kinds = draw(st.lists(st.sampled_from(list(attention_kinds)), min_size=n, max_size=n))
+    loss_kind = _LOSS_KINDS[draw(_LOSS_KIND if loss_kinds is None
+                                 else st.sampled_from(list(loss_kinds)))]
     examples = []
     for s, num, kind in zip(lengths, actions, kinds, strict=True):
         example = {"input_ids": draw(_TOKENS[s]), "num_actions": num,

@@ -7,12 +7,12 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from harness import strategies as hs
-from harness.compare import assert_identical
-from harness.ops.rl_batch import picture as rl_batch_picture
-from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
-from reference import trainer as _reference
-from reference.rl_batch import build_rl_batch
+from batchproof import blocks as hs
+from batchproof.compare import assert_identical
+from batchproof.ops.rl_batch import picture as rl_batch_picture
+from batchproof.reference import trainer as _reference
+from batchproof.reference.rl_batch import build_rl_batch
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
 MAX_ROWS = 8
 MAX_PART = 6

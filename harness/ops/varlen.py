@@ -11,11 +11,11 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from harness import strategies as hs
-from harness.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
-from harness.models import VOCAB, ModelCase, ModelSpec, specs
-from harness.registry import BadCase, Case, OpInfo, Pin, Property, register
-from reference import varlen as _reference
+from batchproof import blocks as hs
+from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
+from batchproof.models import VOCAB, ModelCase, ModelSpec, specs
+from batchproof.reference import varlen as _reference
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
 MAX_ROWS = hs.MAX_ROWS
 MODEL_MAX_ROWS = 4  # model cases: a few samples of a few tokens keep one example ~10 ms
@@ -24,10 +24,11 @@ MODEL_MAX_LEN = 8
 # --------------------------------------------------------------------------- shared strategies
 
 
-def valid_pairs(*, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN):
+def valid_pairs(*, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN, min_rows: int = 1):
     """(p, r) per sample in the shapes of `hs.length_pairs`, made packable: a sample with an empty
     prompt and a response either gets a one-token prompt or becomes a zero-length sample."""
-    pairs = hs.length_pairs(max_rows=max_rows, max_prompt=max_len, max_response=max_len)
+    pairs = hs.length_pairs(min_rows=min_rows, max_rows=max_rows, max_prompt=max_len,
+                            max_response=max_len)
 
     def repair(drawn):
         pairs, fixes = drawn
@@ -39,9 +40,10 @@ def valid_pairs(*, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN):
 
 
 @st.composite
-def samples(draw, *, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN, vocab: int = hs.VOCAB):
+def samples(draw, *, max_rows: int = MAX_ROWS, max_len: int = hs.MAX_LEN, vocab: int = hs.VOCAB,
+            min_rows: int = 1):
     """(prompts, responses) as lists of token lists, valid for packing."""
-    pairs = draw(valid_pairs(max_rows=max_rows, max_len=max_len))
+    pairs = draw(valid_pairs(max_rows=max_rows, max_len=max_len, min_rows=min_rows))
     prompts = draw(hs.token_rows([p for p, _ in pairs], vocab=vocab))
     responses = draw(hs.token_rows([r for _, r in pairs], vocab=vocab))
     return prompts, responses
@@ -806,4 +808,5 @@ RESPONSE_LOGPROBS = register(OpInfo(
     describe_row=describe_samples,
     example=CROSS_SAMPLE,
     doc="per-token response logprobs: packed micro-batches vs per-sample dense forwards",
+    requires=("transformers",),
 ))

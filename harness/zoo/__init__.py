@@ -1,10 +1,10 @@
 """The bug zoo: named, hand-written faulty variants of `impl/` functions, one per real bug class.
 
 Each entry says which function it replaces, which real-world bug it reproduces (with its public
-reference where one exists) and which checks must kill it. `harness mutate --zoo` plants every
-entry (monkeypatching `impl.<op>.<function>`, and `reference.<op>.<function>` too for
-`oracle=True` entries: bugs in the *specification* that only properties and pins can catch), runs
-the checks of the op's records against it and prints the kill matrix.
+reference where one exists) and which checks must kill it. `batchproof mutate --zoo` plants every
+entry (monkeypatching `batchproof.impl.<op>.<function>`, and `batchproof.reference.<op>.<function>`
+too for `oracle=True` entries: bugs in the *specification* that only properties and pins can
+catch), runs the checks of the op's records against it and prints the kill matrix.
 
 One module per op (`harness/zoo/rl_batch.py`, ...) holds a list `ENTRIES`.
 """
@@ -17,7 +17,7 @@ import importlib.util
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-ZOO_MODULES = ["rl_batch", "sft", "nesting", "varlen", "balance", "trainer", "pipeline"]
+from batchproof.ops import OP_MODULES
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ZooEntry:
 
 def all_entries() -> list[ZooEntry]:
     entries: list[ZooEntry] = []
-    for name in ZOO_MODULES:
+    for name in OP_MODULES:
         if importlib.util.find_spec(f"{__name__}.{name}") is not None:
             entries += importlib.import_module(f"{__name__}.{name}").ENTRIES
     names = [e.name for e in entries]
@@ -73,7 +73,7 @@ def get(name: str) -> ZooEntry:
 @contextlib.contextmanager
 def planted(entry: ZooEntry) -> Iterator[None]:
     """Temporarily replace the entry's function in `impl.<op>` (and `reference.<op>` if oracle)."""
-    packages = ["impl", "reference"] if entry.oracle else ["impl"]
+    packages = ["batchproof.impl", "batchproof.reference"] if entry.oracle else ["batchproof.impl"]
     modules = [importlib.import_module(f"{p}.{entry.op}") for p in packages]
     originals = [getattr(m, entry.function) for m in modules]
     try:

@@ -11,9 +11,9 @@ import heapq
 
 import torch
 
-from harness.zoo import ZooEntry
-from impl import balance as _impl
-from reference import balance as _reference
+from batchproof.impl import balance as _impl
+from batchproof.reference import balance as _reference
+from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _kk_ok = _impl.karmarkar_karp
@@ -118,7 +118,7 @@ def _oracle_budget_only_chooses_count(lengths, max_tokens, **kwargs):
 
 def _first_fit_only(lengths, max_tokens, *, min_count=None, count_multiple=None, group_size=1):
     """Always the first-fit-decreasing bins: valid, but never the balanced fewest count."""
-    from impl.sft import ffd_bins
+    from batchproof.impl.sft import ffd_bins
 
     _micro_ok(lengths, max_tokens, min_count=min_count, count_multiple=count_multiple,
               group_size=group_size)

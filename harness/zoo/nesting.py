@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from harness.zoo import ZooEntry
-from impl import nesting as _impl
-from reference import nesting as _reference
+from batchproof.impl import nesting as _impl
+from batchproof.reference import nesting as _reference
+from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _nest = _impl.nest_by_mask

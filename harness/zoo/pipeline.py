@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness.zoo import ZooEntry
-from impl import pipeline as _impl
-from impl import trainer
-from reference.pipeline import loss_scale
+from batchproof.impl import pipeline as _impl
+from batchproof.impl import trainer
+from batchproof.reference.pipeline import loss_scale
+from batchproof.zoo import ZooEntry
 
 
 def _chain(**stages):
@@ -69,7 +69,7 @@ def _broadcast_before_layout(step):
 
 def _rows_balanced(step, padded):
     """Balancing step rows (verl's per-sample balance) instead of whole trajectories."""
-    from impl import balance
+    from batchproof.impl import balance
 
     tokens = padded["attention_mask"].sum(1).tolist()
     return balance.balanced_partitions(tokens, step.dp_size)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from harness.zoo import ZooEntry
-from impl import rl_batch as _impl
-from reference import rl_batch as _reference
+from batchproof.impl import rl_batch as _impl
+from batchproof.reference import rl_batch as _reference
+from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _build = _impl.build_rl_batch

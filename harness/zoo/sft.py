@@ -14,9 +14,9 @@ import math
 
 import torch
 
-from harness.zoo import ZooEntry
-from impl import sft as _impl
-from reference import sft as _reference
+from batchproof.impl import sft as _impl
+from batchproof.reference import sft as _reference
+from batchproof.zoo import ZooEntry
 
 _collate = _impl.collate_sft
 _pack = _impl.pack_sft

@@ -10,9 +10,9 @@ import math
 
 import torch
 
-from harness.zoo import ZooEntry
-from impl import trainer as _impl
-from reference import trainer as _reference
+from batchproof.impl import trainer as _impl
+from batchproof.reference import trainer as _reference
+from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _multiple_ok = _impl.required_multiple

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from harness.zoo import ZooEntry
-from impl import varlen as _impl
-from reference import varlen as _reference
+from batchproof.impl import varlen as _impl
+from batchproof.reference import varlen as _reference
+from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _pack = _impl.pack_varlen

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from impl import kernels
+from batchproof.impl import kernels
 
 COPY, ONES = 1, 2  # value modes (0: the output is not built)
 _ONE_BITS = int(np.float32(1.0).view(np.int32))

@@ -28,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from impl import kernels
+from batchproof.impl import kernels
 
 _EXACT_INTS = 2**24  # |v| bound under which a float64 sum of < 2**29 integral values is exact
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from impl import kernels
+from batchproof.impl import kernels
 
 if kernels.numba is not None:
     from numba import njit, prange

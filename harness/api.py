@@ -1,0 +1,160 @@
+"""`batchproof.check`: batchproof's checks of one contract, run on your function from your test.
+
+    import batchproof
+
+    def test_my_collate_follows_the_rl_batch_contract():
+        batchproof.check(my_collate, "rl_batch.build_rl_batch", forms=["lists"])
+
+It runs what `batchproof check --impl mymodule:my_collate --op rl_batch.build_rl_batch` runs, and
+fails with the same report (`CheckFailed`, an `AssertionError`, so pytest shows it as a failed
+assertion). Hypothesis runs under your settings (your loaded profile), with the deadline off;
+nothing global is changed.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from hypothesis import settings as Settings
+from rich.console import Console
+
+from batchproof.adapters import Adapter, all_adapters, get_adapter, identity_adapter
+from batchproof.adapters.runner import (
+    AdapterReport,
+    CheckOutcome,
+    check_adapter,
+    print_report,
+    replayer,
+    scoped,
+)
+
+CheckReport = AdapterReport
+"""What `check` returns: `.outcomes` (one `CheckOutcome` per check: `.check`, `.status` —
+pass, new, known, skipped, not tested, error —, `.examples` run against your function,
+`.seconds`), `.known` (known divergences: inputs met, confirmed), `.new`, `.errors`."""
+
+
+class CheckFailed(AssertionError):
+    """A check found a divergence, or could not be carried out; `str()` is the whole report and
+    `.report` the `CheckReport`."""
+
+    def __init__(self, text: str, report: CheckReport) -> None:
+        super().__init__(text)
+        self.report = report
+
+    @property
+    def failed_checks(self) -> list[str]:
+        """The checks that found a new divergence or could not be carried out."""
+        return [o.check for o in self.report.outcomes if o.status in ("new", "error",
+                                                                         "not tested")]
+
+
+def check(
+    fn: Callable[..., Any],
+    record: str,
+    *,
+    adapter: Adapter | str | None = None,
+    checks: Sequence[str] | None = None,
+    skip: Sequence[str] | Mapping[str, str] = (),
+    forms: Sequence[str] | None = None,
+    not_provided: Sequence[str] = (),
+    max_examples: int | None = None,
+    seed: int | None = None,
+    reproduce: str | None = None,
+    settings: Settings | None = None,
+) -> CheckReport:
+    """Run batchproof's checks of `record` on `fn`; raise `CheckFailed` with the report if one
+    finds a divergence or cannot run.
+
+    fn: your function. Without `adapter` it must take the contract's arguments and return its
+        output (docs/<op>.md); with one, it is your framework's function and the adapter maps it.
+    record: the contract, `"op.function"` (`batchproof list records`).
+    adapter: an `Adapter`, or the name of a registered one (`batchproof list adapters`).
+    checks: run only these (default: every check of the record: equivalence, errors,
+        property:NAME, pin:NAME). skip: checks not to run, or {check: why} (reported as
+        skipped, with the reason).
+    forms: the input forms `fn` accepts (default: every form of the record, e.g. lists,
+        tensors, jagged). not_provided: output keys `fn` does not produce (not compared).
+    max_examples, seed, reproduce: examples per check, a seed for Hypothesis' search, and a
+        failure's blob to replay (from a report's replay line).
+    settings: Hypothesis settings to start from (default: the currently loaded profile).
+
+    Returns the `CheckReport` when every check that ran passed.
+    """
+    names = registry_record(record).check_names()
+    chosen = scoped(_adapter(fn, record, adapter), forms=forms, not_provided=not_provided,
+                    skip=skip)
+    for name in checks or ():
+        if name not in names:
+            raise ValueError(f"{record} has no check {name!r}; its checks: {names}")
+    if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
+        raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
+    if settings is not None and not isinstance(settings, Settings):
+        raise TypeError(f"settings must be hypothesis.settings, got {type(settings).__name__}")
+    import hypothesis
+
+    report = check_adapter(
+        chosen, chosen.wrap(fn), checks=list(checks) if checks else None,
+        max_examples=max_examples, report_multiple_bugs=False, seed=seed,
+        reproduce=(hypothesis.__version__, reproduce) if reproduce else None,
+        base_settings=settings)
+    if report.new or report.errors:
+        raise CheckFailed(render(report, fn, chosen, forms=forms, not_provided=not_provided,
+                                 skip=skip), report)
+    return report
+
+
+def registry_record(name: str):
+    from batchproof import registry
+
+    info = registry.get(name)
+    if info.missing():
+        raise ModuleNotFoundError(f"{name} needs {', '.join(info.missing())}")
+    return info
+
+
+def _adapter(fn: Callable[..., Any], record: str, adapter: Adapter | str | None) -> Adapter:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if isinstance(adapter, str):
+        adapter = get_adapter(adapter)
+    if adapter is None:
+        return identity_adapter(record, _target_of(fn) or getattr(fn, "__qualname__", "fn"))
+    if not isinstance(adapter, Adapter):
+        raise TypeError(f"adapter must be an Adapter or an adapter's name, got "
+                        f"{type(adapter).__name__}")
+    if adapter.record != record:
+        raise ValueError(f"adapter {adapter.name} is for {adapter.record}, not {record}")
+    return adapter
+
+
+def _target_of(fn: Callable[..., Any]) -> str | None:
+    """`module:qualname` when the CLI could import `fn` by that name, else None."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in name:
+        return None
+    return f"{module}:{name}"
+
+
+def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter, *, forms=None,
+           not_provided=(), skip=()) -> str:
+    """The report as `batchproof check` prints it, with replay lines for this call."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=120, no_color=True, highlight=False,
+                      force_terminal=False)
+    target = _target_of(fn)
+    registered = adapter.framework == "custom" or adapter.name in {
+        a.name for a in all_adapters()}
+    if target is not None and registered:
+        replay = replayer(target, adapter.record,
+                          adapter=None if adapter.framework == "custom" else adapter.name,
+                          forms=forms, not_provided=not_provided, skip=skip)
+    else:
+        def replay(outcome: CheckOutcome) -> str:
+            extra = f", reproduce={outcome.blob!r}" if outcome.blob else ""
+            return (f"batchproof.check(fn, {adapter.record!r}, <the same options>, "
+                    f"checks=[{outcome.check!r}]{extra})")
+    print_report(report, "your Hypothesis settings", replay=replay, console=console)
+    return "\n" + buffer.getvalue().rstrip()

@@ -1,0 +1,164 @@
+"""Internal building blocks of the registry's strategies: structure first, then contents.
+
+(Internal: the public strategies are `batchproof.strategies`, docs/api.md.)
+
+Structure (how many rows, how long each part is) is drawn before contents (token ids, per-token
+floats), so shrinking first removes rows and shortens them, then simplifies values. Sizes are
+small: one example must run in milliseconds. No strategy touches torch's global RNG: when a test
+needs randomness it draws a seed and builds a `torch.Generator` from it (`generators()`).
+
+    lengths:          [3, 0, 7]            one non-negative length per row
+    length_pairs:     [(2, 5), (0, 3)]     (prompt, response) per row, in one of several shapes
+    token_rows:       [[5, 0, 9], [], [1]] ids for given lengths, pad-token collisions included
+    float_rows:       [[-0.0, 1e-40], []]  float32-exact values, -0.0/subnormals/large included
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from hypothesis import strategies as st
+
+MAX_ROWS = 6
+MAX_LEN = 12
+VOCAB = 50
+
+# float32-exact values that break naive code: signed zeros, subnormals, huge magnitudes
+SPECIAL_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-40, -1e-40, 3.0e38, -3.0e38, 1.17549435e-38]
+
+
+def batch_sizes(min_size: int = 1, max_size: int = MAX_ROWS) -> st.SearchStrategy[int]:
+    return st.integers(min_size, max_size)
+
+
+def lengths(
+    n: int, *, min_len: int = 0, max_len: int = MAX_LEN
+) -> st.SearchStrategy[list[int]]:
+    """`n` lengths: uniform, all equal, heavy-tailed (one long row), or zeros mixed in."""
+    length = st.integers(min_len, max_len)
+    return st.one_of(
+        st.lists(length, min_size=n, max_size=n),
+        length.map(lambda v: [v] * n),
+        st.tuples(st.integers(0, n - 1), st.lists(st.integers(min_len, min(max_len, 2)),
+                  min_size=n, max_size=n)).map(lambda t: _with_long_row(t[1], t[0], max_len)),
+        st.lists(st.sampled_from(sorted({min_len, max_len})), min_size=n, max_size=n),
+    )
+
+
+def _with_long_row(values: list[int], row: int, max_len: int) -> list[int]:
+    out = list(values)
+    out[row] = max_len
+    return out
+
+
+def length_pairs(
+    *,
+    min_rows: int = 1,
+    max_rows: int = MAX_ROWS,
+    max_prompt: int = MAX_LEN,
+    max_response: int = MAX_LEN,
+    min_prompt: int = 0,
+    min_response: int = 0,
+) -> st.SearchStrategy[list[tuple[int, int]]]:
+    """(prompt length, response length) per row, in one of the shapes that break layouts:
+
+    independent | anti-correlated (multi-turn step-wise: long prompt ↔ short response) |
+    all equal | empty prompts | empty responses | empty rows mixed in | single sample
+    """
+    prompt = st.integers(min_prompt, max_prompt)
+    response = st.integers(min_response, max_response)
+    pair = st.tuples(prompt, response)
+
+    def rows(n: int) -> st.SearchStrategy[list[tuple[int, int]]]:
+        return st.one_of(
+            st.lists(pair, min_size=n, max_size=n),
+            _anti_correlated(n, min_prompt, max_prompt, min_response, max_response),
+            pair.map(lambda pr: [pr] * n),
+            st.lists(response, min_size=n, max_size=n).map(
+                lambda rs: [(min_prompt, r) for r in rs]),
+            st.lists(prompt, min_size=n, max_size=n).map(
+                lambda ps: [(p, min_response) for p in ps]),
+            st.lists(st.one_of(pair, st.just((min_prompt, min_response))), min_size=n,
+                     max_size=n),
+        )
+
+    return st.integers(min_rows, max_rows).flatmap(rows)
+
+
+def _anti_correlated(n, min_p, max_p, min_r, max_r) -> st.SearchStrategy:
+    """Turn k of a step-wise trajectory: the prompt grows by what came before, the response shrinks."""
+
+    def build(total_and_jitter):
+        total, jitter = total_and_jitter
+        out = []
+        for k in range(n):
+            frac = k / max(n - 1, 1)
+            p = min(max_p, max(min_p, round(frac * total) + jitter[k]))
+            r = min(max_r, max(min_r, round((1 - frac) * total) - jitter[k]))
+            out.append((p, r))
+        return out
+
+    total = st.integers(max(min_p, min_r), max(max_p, max_r))
+    jitter = st.lists(st.integers(-1, 1), min_size=n, max_size=n)
+    return st.tuples(total, jitter).map(build)
+
+
+def token_ids(*, vocab: int = VOCAB) -> st.SearchStrategy[int]:
+    """Token ids biased to small values, so ids equal to the pad token (usually 0) show up."""
+    return st.one_of(st.integers(0, min(3, vocab - 1)), st.integers(0, vocab - 1))
+
+
+def token_rows(
+    row_lengths: Sequence[int], *, vocab: int = VOCAB
+) -> st.SearchStrategy[list[list[int]]]:
+    return st.tuples(*[st.lists(token_ids(vocab=vocab), min_size=n, max_size=n)
+                       for n in row_lengths]).map(list)
+
+
+def float32s(*, special: bool = True) -> st.SearchStrategy[float]:
+    """float32-exact finite floats, including -0.0, subnormals and large magnitudes; never NaN."""
+    plain = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)
+    return st.one_of(st.sampled_from(SPECIAL_FLOATS), plain) if special else plain
+
+
+def float_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[float]]]:
+    return st.tuples(*[st.lists(float32s(), min_size=n, max_size=n)
+                       for n in row_lengths]).map(list)
+
+
+def mask_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[int]]]:
+    """0/1 masks with interior zeros (multi-turn: tool or user tokens inside the trained span)."""
+    return st.tuples(*[st.lists(st.sampled_from([0, 1, 1]), min_size=n, max_size=n)
+                       for n in row_lengths]).map(list)
+
+
+def generators() -> st.SearchStrategy[torch.Generator]:
+    """A seeded `torch.Generator` (never torch's global RNG); the seed shrinks toward 0."""
+    return st.integers(0, 2**32 - 1).map(lambda seed: torch.Generator().manual_seed(seed))
+
+
+def tensor_rows(rows: list[list], dtype: torch.dtype) -> list[torch.Tensor]:
+    """The list-of-tensors input form."""
+    return [torch.tensor(r, dtype=dtype) for r in rows]
+
+
+HOLE = 7  # the value of the filler a jagged tensor with holes holds between its rows
+
+
+def jagged(rows: list[list], dtype: torch.dtype, device: str | torch.device = "cpu", *,
+           holes: bool = False) -> torch.Tensor:
+    """The jagged input form: one flat values tensor plus offsets, as a torch jagged NJT. With
+    `holes`, one filler value (`HOLE`) follows each row, outside it (`lengths` given): then
+    values() is not the rows concatenated.
+
+        rows [5 6] [8], holes  ->  values 5 6 7 8 7, offsets 0 3 5, lengths 2 1
+    """
+    filler = [HOLE] if holes else []
+    row_lengths = torch.tensor([len(r) for r in rows], dtype=torch.int64)
+    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(row_lengths + len(filler), 0)
+    flat = torch.tensor([v for r in rows for v in [*r, *filler]], dtype=dtype)
+    return torch.nested.nested_tensor_from_jagged(
+        flat.to(device), offsets=offsets.to(device),
+        lengths=row_lengths.to(device) if holes else None)
