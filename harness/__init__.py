@@ -6,6 +6,7 @@ The public API (docs/api.md):
     batchproof.assert_identical(expected, actual)                            the exact comparator
     batchproof.strategies                                                    input generators
     batchproof.CheckFailed, batchproof.Mismatch                              what they raise
+    batchproof.Adapter, batchproof.KnownDivergence                           framework mappings
 
 Everything else (`batchproof.registry`, `.checks`, `.ops`, `.zoo`, `.impl`, `.reference`, ...) is
 internal: it may change in any release. `batchproof.impl` and `batchproof.reference` hold the
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from batchproof import strategies
+    from batchproof.adapters import Adapter, KnownDivergence
     from batchproof.api import CheckFailed, CheckReport, check
     from batchproof.compare import Mismatch, assert_identical
 
@@ -30,8 +32,8 @@ try:
 except PackageNotFoundError:  # pragma: no cover - a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["CheckFailed", "CheckReport", "Mismatch", "__version__", "assert_identical", "check",
-           "strategies"]
+__all__ = ["Adapter", "CheckFailed", "CheckReport", "KnownDivergence", "Mismatch", "__version__",
+           "assert_identical", "check", "strategies"]
 
 _LAZY = {
     "check": "batchproof.api",
@@ -39,6 +41,8 @@ _LAZY = {
     "CheckReport": "batchproof.api",
     "assert_identical": "batchproof.compare",
     "Mismatch": "batchproof.compare",
+    "Adapter": "batchproof.adapters",
+    "KnownDivergence": "batchproof.adapters",
 }
 
 

@@ -134,7 +134,7 @@ def op_files(ops: Sequence[str] | None, root: Path = REPO) -> list[str]:
         paths = [f"{IMPL}/{op.split('.')[0]}.py" for op in ops]
         missing = [p for p in paths if not (root / p).is_file()]
         if missing:
-            raise SystemExit(f"no such file: {', '.join(missing)}")
+            raise ValueError(f"no such op file: {', '.join(missing)}")
         kernels = [f"{IMPL}/kernels/{op.split('.')[0]}.py" for op in ops]
         return list(dict.fromkeys(paths + [p for p in kernels if (root / p).is_file()]))
     return sorted(str(p.relative_to(root)) for pattern in ("*.py", "kernels/*.py")
@@ -191,7 +191,7 @@ def changed_lines(diff: str) -> set[int]:
 def _git(*args: str, root: Path = REPO) -> str:
     result = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+        raise ValueError(f"git {' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
 
 
@@ -500,6 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 if __name__ == "__main__":
     a = build_parser().parse_args()
-    sys.exit(main(ops=a.op, since=a.since, min_mutants=a.min_mutants,
-                  max_children=a.max_children, json_path=a.json, keep=a.keep,
-                  markdown_path=a.markdown))
+    try:
+        sys.exit(main(ops=a.op, since=a.since, min_mutants=a.min_mutants,
+                      max_children=a.max_children, json_path=a.json, keep=a.keep,
+                      markdown_path=a.markdown))
+    except ValueError as err:  # a usage error: an unknown op, a bad --since revision
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)

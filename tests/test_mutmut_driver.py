@@ -91,7 +91,7 @@ def test_op_files_default_to_every_impl_module_and_reject_unknown_ops() -> None:
     assert driver.op_files(["rl_batch", "rl_batch.build_rl_batch"]) == [
         "impl/rl_batch.py", "impl/kernels/rl_batch.py"]
     assert driver.op_files(["balance"]) == ["impl/balance.py"]  # no kernels
-    with pytest.raises(SystemExit, match="impl/no_such_op.py"):
+    with pytest.raises(ValueError, match="impl/no_such_op.py"):
         driver.op_files(["no_such_op"])
 
 

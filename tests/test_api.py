@@ -1,0 +1,221 @@
+"""The public API (docs/api.md): `batchproof.check`, `batchproof.assert_identical`,
+`batchproof.strategies` — what a framework team calls from its own tests."""
+
+from __future__ import annotations
+
+import doctest
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument, NonInteractiveExampleWarning
+
+import batchproof
+import batchproof.strategies as bps
+from batchproof import compare
+from batchproof.impl.nesting import nest_by_mask
+from batchproof.impl.rl_batch import build_rl_batch
+from batchproof.impl.sft import collate_sft, pack_sft
+from batchproof.impl.varlen import pack_varlen
+from batchproof.reference.balance import karmarkar_karp
+
+API_PAGE = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+FEW = settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def _shifted(prompts, responses, **kwargs):
+    """Per-token values one column to the right: what `check` must catch."""
+    batch = build_rl_batch(prompts, responses, **kwargs)
+    batch["loss_mask"] = batch["loss_mask"].roll(1, dims=1)
+    return batch
+
+
+# --------------------------------------------------------------------------- check
+
+
+def test_check_passes_a_correct_function_and_counts_what_ran() -> None:
+    report = batchproof.check(karmarkar_karp, "balance.karmarkar_karp", max_examples=10)
+    assert {o.status for o in report.outcomes} == {"pass"}
+    assert all(o.examples >= 1 for o in report.outcomes)
+    searched = [o for o in report.outcomes if not o.check.startswith("pin:")]
+    assert all(o.examples <= 10 + 20 for o in searched)  # max_examples, plus the pins
+
+
+def test_check_fails_with_the_report_on_a_divergence() -> None:
+    with pytest.raises(batchproof.CheckFailed) as failed:
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", max_examples=10,
+                         checks=["equivalence", "property:alignment", "property:positions"])
+    assert failed.value.failed_checks == ["equivalence", "property:alignment"]
+    text = str(failed.value)
+    assert "minimal case: build_rl_batch(" in text
+    assert ("replay: batchproof check --impl test_api:_shifted --op rl_batch.build_rl_batch "
+            "--check equivalence") in text
+    assert "@reproduce_failure" not in text and "decorator" not in text
+    statuses = {o.check: o.status for o in failed.value.report.outcomes}
+    assert statuses == {"equivalence": "new", "property:alignment": "new",
+                        "property:positions": "pass"}
+
+
+def test_check_scopes_forms_skips_and_outputs() -> None:
+    def lists_only(prompts, responses, **kwargs):
+        if not all(isinstance(row, list) for row in prompts):
+            raise TypeError("lists only")
+        return build_rl_batch(prompts, responses, **kwargs).exclude("layout")
+
+    report = batchproof.check(lists_only, "rl_batch.build_rl_batch", forms=["lists"],
+                              checks=["equivalence"], not_provided=["layout"],
+                              skip={"errors": "validated upstream"}, max_examples=10)
+    assert [o.status for o in report.outcomes] == ["pass"]
+    with pytest.raises(batchproof.CheckFailed, match="TypeError: lists only"):
+        batchproof.check(lists_only, "rl_batch.build_rl_batch", checks=["equivalence"],
+                         not_provided=["layout"], max_examples=10)
+
+
+def test_check_validates_its_arguments_before_running() -> None:
+    with pytest.raises(ValueError, match="unknown op record 'rl_batch.nope'"):
+        batchproof.check(_shifted, "rl_batch.nope")
+    with pytest.raises(ValueError, match="no check 'property:nope'"):
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", checks=["property:nope"])
+    with pytest.raises(ValueError, match="no check 'nope'"):
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", skip=["nope"])
+    with pytest.raises(ValueError, match="no input form 'arrays'"):
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", forms=["arrays"])
+    with pytest.raises(ValueError, match="max_examples"):
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", max_examples=0)
+    with pytest.raises(TypeError, match="fn must be callable"):
+        batchproof.check("build_rl_batch", "rl_batch.build_rl_batch")
+    with pytest.raises(ValueError, match="unknown adapter"):
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", adapter="nope")
+
+
+def test_check_changes_no_global_state() -> None:
+    profile, threads = settings._current_profile, torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batchproof.check(karmarkar_karp, "balance.karmarkar_karp", max_examples=3,
+                         checks=["equivalence"])
+        assert settings._current_profile == profile and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@FEW
+@given(bps.prompt_response_rows(max_rows=3, max_prompt_len=4, vocab_size=2, form="jagged"))
+def test_prompt_response_rows(rows) -> None:
+    prompts, responses = rows
+    assert prompts.is_nested and prompts.size(0) == responses.size(0) <= 3
+    ids = torch.cat([prompts.values(), responses.values()]).tolist()
+    assert set(ids) <= {0, 1}  # vocab_size=2
+
+
+@FEW
+@given(bps.rl_batch_inputs(layouts=["left"], rewards=["scalar"], loss_masks=False,
+                           logprobs=True, max_seq_len=False, pad_token_ids=[7], max_rows=2))
+def test_rl_batch_inputs_honour_their_options(inputs) -> None:
+    assert inputs.get("layout", "left") == "left" and inputs["pad_token_id"] == 7
+    assert all(isinstance(v, float) for v in inputs["rewards"])
+    assert "loss_masks" not in inputs and "logprobs" in inputs and "max_seq_len" not in inputs
+    assert len(inputs["prompts"]) <= 2
+    build_rl_batch(**inputs)
+
+
+@FEW
+@given(bps.rl_batch_inputs(rewards=["none", "per_token"], form="tensors"))
+def test_rl_batch_inputs_without_scalar_rewards(inputs) -> None:
+    assert all(isinstance(row, torch.Tensor) for row in inputs["prompts"])
+    assert all(isinstance(row, torch.Tensor) and row.dim() == 1
+               for row in inputs.get("rewards", []))
+    build_rl_batch(**inputs)
+
+
+@FEW
+@given(bps.sft_examples(max_examples=3, loss_masks=["bools"], attention_masks=["ones"]),
+       bps.sft_examples(form="jagged", max_examples=3))
+def test_sft_examples(examples, jagged) -> None:
+    assert all(set(ex) == {"input_ids", "num_actions", "loss_mask", "attention_mask"}
+               and all(isinstance(v, bool) for v in ex["loss_mask"]) for ex in examples)
+    collate_sft(examples, pad_token_id=0)
+    collate_sft(jagged, pad_token_id=0)
+
+
+@FEW
+@given(bps.sft_examples(packed=True, min_examples=2),
+       bps.parallel_configs(max_dp=2, max_tp=1, max_pp=2, max_cp=1, fp8=True))
+def test_parallel_configs(examples, config) -> None:
+    assert config.dp <= 2 and config.tp == 1 and config.cp == 1 and config.fp8
+    pack_sft(examples, pad_token_id=0, capacity=sum(len(e["input_ids"]) for e in examples),
+             **config.kwargs())
+
+
+@FEW
+@given(bps.verl_batches(pad_token_id=3, max_rows=2, orphans=False))
+def test_verl_batches(batch) -> None:
+    assert batch.batch_size[0] <= 2
+    nest_by_mask(batch, pad_token_id=3)
+
+
+@FEW
+@given(bps.packed_varlen_samples(pad_to_multiple=[4], max_rows=3),
+       bps.inputs("varlen.pack_varlen", form="jagged"))
+def test_packed_varlen_samples_and_inputs(packed, inputs) -> None:
+    assert packed["input_ids"].shape[1] % 4 == 0 and packed["cu_seqlens"].dtype == torch.int32
+    assert inputs["prompts"].is_nested
+    pack_varlen(**inputs)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: bps.rl_batch_inputs(layouts=["right"]), "layouts='right'"),
+    (lambda: bps.rl_batch_inputs(layouts="left"), "layouts='left'"),
+    (lambda: bps.rl_batch_inputs(rewards=[]), "rewards=[]"),
+    (lambda: bps.rl_batch_inputs(loss_masks="yes"), "loss_masks='yes'"),
+    (lambda: bps.rl_batch_inputs(pad_token_ids=[2**64]), "pad_token_ids"),
+    (lambda: bps.prompt_response_rows(min_rows=3, max_rows=2), "max_rows=2 < min_rows=3"),
+    (lambda: bps.prompt_response_rows(min_rows=0), "min_rows=0"),
+    (lambda: bps.prompt_response_rows(form="arrays"), "form='arrays'"),
+    (lambda: bps.sft_examples(packed=True, attention_masks=["zeros"]), "cannot be packed"),
+    (lambda: bps.sft_examples(loss_masks=["halves"]), "loss_masks='halves'"),
+    (lambda: bps.parallel_configs(max_tp=0), "max_tp=0"),
+    (lambda: bps.packed_varlen_samples(pad_to_multiple=[0]), "pad_to_multiple"),
+    (lambda: bps.verl_batches(pad_token_id=True), "pad_token_id"),
+    (lambda: bps.inputs("rl_batch.nope"), "record"),
+    (lambda: bps.inputs("rl_batch.build_rl_batch", form="arrays"), "form='arrays'"),
+])
+def test_strategies_reject_bad_options_up_front(make, message) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        make()
+
+
+# --------------------------------------------------------------------------- the docs
+
+
+def test_the_api_page_runs() -> None:
+    """Every `python` block of docs/api.md, in order, in one namespace."""
+    blocks = re.findall(r"```python\n(.*?)```", API_PAGE.read_text(), re.S)
+    assert len(blocks) >= 6
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(API_PAGE), "exec"), namespace)  # noqa: S102
+
+
+@pytest.mark.parametrize("module", [bps, compare], ids=["strategies", "compare"])
+def test_docstring_examples_run(module) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NonInteractiveExampleWarning)
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_public_names() -> None:
+    assert set(batchproof.__all__) <= set(dir(batchproof))
+    for name in batchproof.__all__:
+        assert getattr(batchproof, name) is not None
+    with pytest.raises(AttributeError):
+        batchproof.no_such_name  # noqa: B018
+    assert isinstance(bps.inputs("balance.karmarkar_karp"), st.SearchStrategy)

@@ -1,0 +1,191 @@
+"""The `batchproof` command line as a user meets it: exit codes (0 pass, 1 divergence, 2 usage
+error, 3 target or harness failure), one-line errors, the current folder importable for
+`--impl module:function`, failure reports with a minimal case and a CLI replay line."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from batchproof import mutmut_driver, registry
+from batchproof.cli import main
+from batchproof.registry import Case
+
+THEIRS = textwrap.dedent('''\
+    from batchproof.reference.rl_batch import build_rl_batch
+    from batchproof.reference.trainer import required_multiple
+
+
+    def multiple(*args, **kwargs):
+        return required_multiple(*args, **kwargs)
+
+
+    def collate(prompts, responses, **kwargs):
+        """Right on every batch except those padded with id 49 and of two rows or more."""
+        td = build_rl_batch(prompts, responses, **kwargs)
+        if kwargs.get("pad_token_id") == 49 and len(prompts) >= 2:
+            td["position_ids"] = td["position_ids"] * 2
+        return td
+
+
+    def shifted(prompts, responses, **kwargs):
+        """The loss mask one column to the right (wrapping around)."""
+        td = build_rl_batch(prompts, responses, **kwargs)
+        td["loss_mask"] = td["loss_mask"].roll(1, 1)
+        return td
+    ''')
+
+
+@pytest.fixture(autouse=True)
+def _restore_global_state(monkeypatch):
+    """The CLI runs in this process: give back the profile, thread count and sys.path."""
+    profile, threads = settings._current_profile, torch.get_num_threads()
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    settings.load_profile(profile)
+    torch.set_num_threads(threads)
+    sys.modules.pop("theirs", None)
+
+
+@pytest.fixture
+def theirs(tmp_path, monkeypatch):
+    """A folder with the user's module `theirs`, as the current folder (not on sys.path)."""
+    (tmp_path / "theirs.py").write_text(THEIRS)
+    monkeypatch.chdir(tmp_path)
+    assert str(tmp_path) not in sys.path
+    return tmp_path
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("batchproof ") and "torch" in out and "kernels: numba" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["verify", "--op", "no_such_op"], "unknown op"),
+    (["verify", "--op", "trainer", "--check", "property:nope"], "unknown check"),
+    (["verify", "--device", "tpu"], "invalid choice"),
+    (["verify", "--profile", "fast"], "unknown Hypothesis profile"),
+    (["verify", "--op", "trainer", "--max-examples", "0"], "--max-examples"),
+    (["verify", "--impl", "theirs:multiple"], "exactly one record"),
+    (["verify", "--op", "trainer", "--reproduce", "AAA"], "--check"),
+    (["show", "--op", "nope"], "unknown op"),
+    (["list", "nothing"], "invalid choice"),
+    (["check", "--impl", "no_such_framework"], "unknown --impl"),
+    (["check", "--impl", "theirs:multiple", "--op", "trainer.required_multiple",
+      "--forms", "jagged"], "no input form"),
+    (["mutate", "--zoo", "--op", "nope"], "no zoo entries"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_a_usage_mistake_is_one_line_and_exit_2(argv, words, capsys, theirs) -> None:
+    assert main(argv) == 2
+    assert words in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("impl", ["no_such_module_xyz:f", "json:no_such_function",
+                                  "no_such_package_xyz"])
+def test_an_unimportable_target_is_one_line_and_exit_3(impl, capsys) -> None:
+    assert main(["verify", "--impl", impl, "--op", "trainer.required_multiple"]) == 3
+    assert "--impl" in _one_line_error(capsys)
+
+
+def test_impl_is_imported_from_the_current_folder(theirs, capsys) -> None:
+    report = theirs / "report.json"
+    code = main(["verify", "--impl", "theirs:multiple", "--op", "trainer.required_multiple",
+                 "--max-examples", "3", "--json", str(report)])
+    assert code == 0, capsys.readouterr().out
+    checks = json.loads(report.read_text())["checks"]
+    pins = len([p for p in registry.get("trainer.required_multiple").pins
+                if isinstance(p.case, Case)])
+    assert all(c["status"] == "pass" and c["examples"] >= 1 for c in checks)
+    equivalence = next(c for c in checks if c["check"] == "equivalence")
+    assert equivalence["examples"] <= 3 + pins  # --max-examples, plus the pinned examples
+
+
+def test_a_divergence_exits_1_with_a_minimal_case_and_a_replay_line(theirs, capsys) -> None:
+    argv = ["verify", "--impl", "theirs:collate", "--op", "rl_batch.build_rl_batch",
+            "--check", "equivalence", "--profile", "ci"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert "@reproduce_failure" not in out and "decorator" not in out, out
+    (minimal,) = [line for line in out.splitlines() if line.startswith("minimal case: ")]
+    assert "pad_token_id=49" in minimal and minimal.startswith("minimal case: build_rl_batch(")
+    (replay,) = [line for line in out.splitlines() if line.startswith("replay: ")]
+    words = shlex.split(replay.removeprefix("replay: "))
+    assert words[:2] == ["batchproof", "verify"] and "--reproduce" in words, replay
+    # the replay line runs that one failure again, as it says
+    assert main(words[1:] + ["--json", str(theirs / "replay.json")]) == 1
+    (check,) = json.loads((theirs / "replay.json").read_text())["checks"]
+    assert check["status"] == "fail" and check["minimal"] == minimal.removeprefix(
+        "minimal case: ")
+
+
+def test_long_report_lines_are_not_hard_wrapped(theirs, capsys) -> None:
+    """A terminal-width wrap would break the minimal case and file paths in two."""
+    assert main(["verify", "--impl", "theirs:shifted", "--op", "rl_batch.build_rl_batch",
+                 "--check", "pin:two_segment_width_inflation"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    minimal = next(line for line in lines if line.startswith("minimal case: "))
+    assert minimal.endswith(")") and len(minimal) > 80
+    why = next(line for line in lines if line.startswith("Mismatch: pin "))
+    assert why.endswith("(SkyRL #1285)):") and len(why) > 140, why
+
+
+def test_a_failure_of_batchproof_itself_exits_3(monkeypatch, capsys) -> None:
+    """The oracle rejecting an input its strategy calls valid is a registry error, not a
+    divergence of the candidate."""
+    info = registry.get("trainer.required_multiple")
+    monkeypatch.setattr(info, "valid", st.just(Case((0,))))
+    assert main(["verify", "--op", "trainer.required_multiple", "--check", "equivalence"]) == 3
+    out = capsys.readouterr().out
+    assert "ERROR" in out and "registry error: the reference" in out
+
+
+def test_a_record_whose_optional_module_is_missing_is_not_run(monkeypatch, capsys) -> None:
+    info = registry.get("trainer.required_multiple")
+    monkeypatch.setattr(info, "requires", ("no_such_module_xyz",))
+    assert main(["verify", "--op", "trainer", "--check", "equivalence"]) == 0
+    out = capsys.readouterr().out
+    assert "not run: trainer.required_multiple needs no_such_module_xyz" in out
+    assert "1 record(s) not run" in out
+    assert main(["verify", "--op", "trainer.required_multiple"]) == 3
+    assert "needs no_such_module_xyz" in _one_line_error(capsys)
+
+
+def test_check_exit_codes(theirs, capsys) -> None:
+    base = ["check", "--impl", "theirs:collate", "--op", "rl_batch.build_rl_batch",
+            "--profile", "ci"]
+    assert main([*base, "--check", "pin:scalar_reward_on_last_token"]) == 0
+    assert main([*base, "--check", "equivalence"]) == 1
+    out = capsys.readouterr().out
+    assert "replay: batchproof check --impl theirs:collate --op rl_batch.build_rl_batch" in out
+
+
+def test_list_names_every_record_adapter_and_profile(capsys) -> None:
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("rl_batch.build_rl_batch", "varlen.response_logprobs", "skyrl.rl_batch",
+                 "mutation", "pin:two_segment_width_inflation"):
+        assert name in out, name
+
+
+def test_mutmut_outside_a_clone_refuses_in_one_line(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setattr(mutmut_driver, "REPO", tmp_path)
+    assert main(["mutate", "--mutmut"]) == 3
+    assert "clone of the batchproof repository" in _one_line_error(capsys)
