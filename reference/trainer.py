@@ -20,6 +20,8 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from batchproof.reference._checks import check_token_id
+
 LAYOUTS = ("left", "two_segment")
 SCALAR_TYPES = (type(None), bool, int, float, str)
 # fields with their own padding-row content; every other tensor field gets zeros of its dtype
@@ -145,7 +147,7 @@ def _padding_spec(td, multiple, eos_token_id, pad_token_id, layout, min_length) 
     if td.batch_dims != 1:
         raise ValueError(f"td must have one batch dimension, got batch_size {list(td.batch_size)}")
     _positive_int(multiple, "multiple")
-    _int(eos_token_id, "eos_token_id")
+    check_token_id(eos_token_id, "eos_token_id")
     _int(min_length, "min_length")
     if min_length < 2:
         raise ValueError(f"min_length must be >= 2, got {min_length}")
@@ -153,7 +155,7 @@ def _padding_spec(td, multiple, eos_token_id, pad_token_id, layout, min_length) 
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     pad_token_id = _entry(td, "pad_token_id", pad_token_id)
-    _int(pad_token_id, "pad_token_id")
+    check_token_id(pad_token_id, "pad_token_id")
     _check_fields(td)
 
     batch = td.batch_size[0]

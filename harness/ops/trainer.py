@@ -475,6 +475,11 @@ PAD_PINS = [
     Pin("multiple_zero",
         BadCase(Case((_batch([[1]], [[2]]), 0), {"eos_token_id": 2}), ValueError,
                 "multiple < 1"), "a multiple must be >= 1"),
+    Pin("eos_token_id_beyond_int64",
+        BadCase(Case((_batch([[1]], [[2]]), 2), {"eos_token_id": 2**63}), ValueError,
+                "eos_token_id does not fit int64"),
+        "a token id the int64 input_ids cannot hold is a ValueError naming it (the impl used to "
+        "raise torch's RuntimeError, the reference an OverflowError-like ValueError from torch)"),
 ]
 
 # --------------------------------------------------------------------------- real_rows
