@@ -143,12 +143,16 @@ def select_checks(infos, checks: Sequence[str] | None) -> dict[str, list[str]]:
 
 
 def run_settings(max_examples: int | None):
-    """The loaded profile, one failure per check (the minimal one), `--max-examples` applied."""
+    """The loaded profile, one failure per check (the minimal one), no explain phase,
+    `--max-examples` applied."""
     from hypothesis import settings
 
     if max_examples is not None and max_examples < 1:
         raise UsageError(f"--max-examples must be at least 1, got {max_examples}")
+    from batchproof.report import without_explain
+
     return settings(settings(), report_multiple_bugs=False,
+                    phases=without_explain(settings().phases),
                     **({"max_examples": max_examples} if max_examples else {}))
 
 

@@ -106,6 +106,15 @@ def replay_words(check: str, failure: Failure) -> list[str]:
     return words
 
 
+def without_explain(phases) -> tuple:
+    """Hypothesis' phases less `explain`: after shrinking it re-runs the failure many times to
+    tell which lines of batchproof's own code only failing cases ran — minutes on a tensor
+    check, for notes a report leaves out anyway."""
+    from hypothesis import Phase
+
+    return tuple(phase for phase in phases if phase != Phase.explain)
+
+
 def _first(exc: BaseException) -> BaseException:
     """The first failure of a group (Hypothesis reports several distinct bugs as a group)."""
     group = getattr(exc, "exceptions", None)

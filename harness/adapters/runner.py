@@ -40,7 +40,7 @@ from batchproof.adapters import (
 )
 from batchproof.checks import CheckStats, check_equivalence, check_error_parity, run_check
 from batchproof.registry import BadCase, Candidate, Case, OpInfo
-from batchproof.report import Failure, command, describe
+from batchproof.report import Failure, command, describe, without_explain
 
 console = Console(width=None if Console().is_terminal else 140)
 
@@ -197,6 +197,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                      derandomize=derandomize or start.derandomize,
                      deadline=None,  # tensor code has first-call warm-ups
                      print_blob=True,  # the replay line needs the failure's blob
+                     phases=without_explain(start.phases),
                      **({} if replay_database else {"database": None}))
     for check in wanted:
         outcome = CheckOutcome(adapter.name, adapter.record, check, "pass")
