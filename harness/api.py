@@ -29,11 +29,13 @@ from batchproof.adapters.runner import (
     replayer,
     scoped,
 )
+from batchproof.report import check_blob
 
 CheckReport = AdapterReport
 """What `check` returns: `.outcomes` (one `CheckOutcome` per check: `.check`, `.status` —
 pass, new, known, skipped, not tested, error —, `.examples` run against your function,
-`.seconds`), `.known` (known divergences: inputs met, confirmed), `.new`, `.errors`."""
+`.seconds`), `.known` (known divergences: matched, diverged, confirmed, status), `.new`,
+`.unexplained`, `.errors`, `.untested`."""
 
 
 class CheckFailed(AssertionError):
@@ -46,9 +48,9 @@ class CheckFailed(AssertionError):
 
     @property
     def failed_checks(self) -> list[str]:
-        """The checks that found a new divergence or could not be carried out."""
+        """The checks that found a new divergence, ran no input, or could not be carried out."""
         return [o.check for o in self.report.outcomes if o.status in ("new", "error",
-                                                                         "not tested")]
+                                                                         "not tested", "not run")]
 
 
 def check(
@@ -83,6 +85,7 @@ def check(
 
     Returns the `CheckReport` when every check that ran passed.
     """
+    __tracebackhide__ = True  # pytest shows the report, not this function's source
     names = registry_record(record).check_names()
     chosen = scoped(_adapter(fn, record, adapter), forms=forms, not_provided=not_provided,
                     skip=skip)
@@ -95,12 +98,14 @@ def check(
         raise TypeError(f"settings must be hypothesis.settings, got {type(settings).__name__}")
     import hypothesis
 
+    if reproduce:
+        check_blob(reproduce)
     report = check_adapter(
         chosen, chosen.wrap(fn), checks=list(checks) if checks else None,
         max_examples=max_examples, report_multiple_bugs=False, seed=seed,
         reproduce=(hypothesis.__version__, reproduce) if reproduce else None,
         base_settings=settings)
-    if report.new or report.errors:
+    if report.new or report.unexplained or report.errors or report.untested:
         raise CheckFailed(render(report, fn, chosen, forms=forms, not_provided=not_provided,
                                  skip=skip), report)
     return report

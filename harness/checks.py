@@ -14,6 +14,7 @@ exception that escaped the candidate).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ import hypothesis
 import torch
 from hypothesis import example, given, target
 from hypothesis.control import currently_in_test_context
+from hypothesis.errors import DidNotReproduce
 from tensordict import TensorDictBase
 
 from batchproof.compare import Mismatch, assert_identical
@@ -78,7 +80,9 @@ def run_check(
         _run_given(info, check, body, info.invalid, _bad_pins(info), **search)
     elif check.startswith("property:"):
         prop = _property(info, check.removeprefix("property:"))
-        body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, call, device)), call)
+        formed = as_called(info, call)
+        body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, formed, device)),
+                                        formed)
         _run_given(info, check, body, info.valid, _valid_pins(info), **search)
     elif check.startswith("pin:"):
         pin = _pin(info, check.removeprefix("pin:"))
@@ -101,10 +105,11 @@ def _late_bound_impl(info: OpInfo) -> Candidate:
 def _run_given(info, check, body, strategy, pins, settings, stats, seed, reproduce) -> None:
     def test(case):
         stats.examples += 1
+        before = _copy(case)  # the candidate may change its input: keep the call as it was made
         try:
             body(case)
         except BaseException:
-            stats.failing = case  # Hypothesis replays the minimal failing case last
+            stats.failing = before  # Hypothesis replays the minimal failing case last
             raise
 
     test.__name__ = f"{info.op}__{info.function}__{check.replace(':', '__')}"
@@ -114,6 +119,9 @@ def _run_given(info, check, body, strategy, pins, settings, stats, seed, reprodu
     wrapped = given(case=strategy)(test)
     for pin in pins:
         wrapped = example(case=pin)(wrapped)
+    if reproduce is not None:  # Hypothesis prints a replayed case itself; reports show a call
+        settings = hypothesis.settings(settings or hypothesis.settings(),
+                                       verbosity=hypothesis.Verbosity.quiet)
     if settings is not None:
         wrapped = settings(wrapped)
     if seed is not None:
@@ -122,7 +130,10 @@ def _run_given(info, check, body, strategy, pins, settings, stats, seed, reprodu
         version, blob = reproduce
         wrapped = hypothesis.reproduce_failure(
             version, blob.encode() if isinstance(blob, str) else blob)(wrapped)
-    wrapped()
+    try:
+        wrapped()
+    except DidNotReproduce:  # a replayed failure that passes now: fixed
+        stats.notes.append("the replayed failure no longer reproduces: it passes now")
 
 
 def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: str = "cpu") -> None:
@@ -196,15 +207,24 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
         return
     try:
         check_equivalence(info, pin.case, candidate, device)
-        output = _on_cpu(_call_on(info, pin.case, candidate, device))
+        formed = as_called(info, candidate)
+        output = _on_cpu(_call_on(info, pin.case, formed, device))
         for prop in info.properties:
-            prop.verify(pin.case, output, candidate)
+            prop.verify(pin.case, output, formed)
         if pin.expect is not None:
             pin.expect(pin.case, output)
     except HarnessError:
         raise
     except AssertionError as err:
         raise Mismatch(f"pin {name!r} failed ({pin.why}):\n{err}") from None
+
+
+def as_called(info: OpInfo, candidate: Candidate) -> Candidate:
+    """The candidate as properties call it: with the record's `as_called` form applied to the
+    (list-form) arguments first, for a candidate that does not take lists."""
+    if info.as_called is None:
+        return candidate
+    return lambda *args, **kwargs: info.as_called(Case(args, kwargs)).call(candidate)
 
 
 def _pin(info: OpInfo, name: str) -> Pin:
@@ -259,6 +279,14 @@ def _row_describer(info: OpInfo, case: Case):
     if info.describe_row is None:
         return None
     return lambda row: info.describe_row(case, row)
+
+
+def _copy(case: Case | BadCase) -> Case | BadCase:
+    """A copy of a drawn case whose tensors and lists a call cannot change."""
+    if isinstance(case, BadCase):
+        return BadCase(_copy(case.case), case.raises, case.why)
+    args, kwargs = _snapshot(case)
+    return dataclasses.replace(case, args=args, kwargs=kwargs)
 
 
 def _snapshot(case: Case) -> Any:

@@ -137,8 +137,10 @@ def select_checks(infos, checks: Sequence[str] | None) -> dict[str, list[str]]:
     known = {c for i in infos for c in i.check_names()}
     unknown = [c for c in checks if c not in known]
     if unknown:
-        raise UsageError(f"unknown check {unknown[0]!r} for {[i.name for i in infos]} "
-                         "(see `batchproof list checks`)")
+        from batchproof.registry import did_you_mean
+
+        raise UsageError(f"unknown check {unknown[0]!r}{did_you_mean(unknown[0], known)} "
+                         "(`batchproof list checks`)")
     return {i.name: [c for c in i.check_names() if c in checks] for i in infos}
 
 
@@ -157,9 +159,19 @@ def run_settings(max_examples: int | None):
 
 
 def reproduce_of(blob: str | None) -> tuple[str, str] | None:
+    """(Hypothesis version, blob) for `run_check`; a blob Hypothesis cannot decode is a usage
+    error."""
     import hypothesis
 
-    return (hypothesis.__version__, blob) if blob else None
+    from batchproof.report import check_blob
+
+    if not blob:
+        return None
+    try:
+        check_blob(blob)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    return (hypothesis.__version__, blob)
 
 
 def verify(args: argparse.Namespace) -> int:
@@ -181,6 +193,7 @@ def verify(args: argparse.Namespace) -> int:
         infos = [i for i in infos if args.device in i.devices]
     candidates = {i.name: resolve_candidate(i, args.impl) for i in infos}
     chosen = run_settings(args.max_examples)
+    reproduce = reproduce_of(args.reproduce)
     results: list[CheckResult] = []
     started = time.perf_counter()
     with _progress() as progress:
@@ -196,7 +209,7 @@ def verify(args: argparse.Namespace) -> int:
                     try:
                         run_check(info, check, candidates[info.name], settings=chosen,
                                   device=args.device, stats=stats, seed=args.seed,
-                                  reproduce=reproduce_of(args.reproduce))
+                                  reproduce=reproduce)
                     except Exception as exc:  # noqa: BLE001 - reported, not raised
                         failure = report.describe(exc, stats, info.function)
                         failure.blob = failure.blob or args.reproduce or ""  # a replayed one
@@ -206,6 +219,8 @@ def verify(args: argparse.Namespace) -> int:
                         result.replay = report.command(
                             _verify_words(args, info.name) + report.replay_words(check, failure))
                     result.examples, result.seconds = stats.examples, time.perf_counter() - t0
+                    if result.passed:
+                        result.notes = list(stats.notes)  # e.g. a replay that passes now
                     if result.passed and result.examples == 0:
                         result.status = "not tested"
                     results.append(result)
@@ -308,6 +323,8 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
             say(f"minimal case: {r.minimal}")
         if r.replay:
             say(f"replay: {r.replay}")
+    for r in (r for r in results if r.passed and r.notes):
+        say(f"{r.op}.{r.function} — {r.check}: {'; '.join(r.notes)}")
     for info in left_out:
         say(f"not run: {info.name} needs {', '.join(info.missing())}")
     passed = sum(r.passed for r in results)
@@ -552,7 +569,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line (`UsageError`), not the usage text and exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def version_text() -> str:

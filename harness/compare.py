@@ -43,7 +43,17 @@ LOGPROB_TOLERANCE = {
 
 
 class Mismatch(AssertionError):
-    """Raised by the comparators; the message is meant for a person."""
+    """Raised by the comparators; the message is meant for a person. `path` names where the
+    first difference is (`"loss_mask"`, `"loss_mask.offsets()"`, `"[0]"`), "" when unknown."""
+
+    def __init__(self, message: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+    @property
+    def field(self) -> str:
+        """The output key the first difference is in (`"loss_mask"`), or ""."""
+        return self.path.lstrip(".").split(".")[0].split("[")[0]
 
 
 def assert_identical(
@@ -87,7 +97,7 @@ def assert_identical(
         lines += _row_report(expected, actual, path, row, columns.get(row, ()), picture, describe_row)
     if compared:
         lines.append(f"compared: {compared}")
-    raise Mismatch("\n".join(lines))
+    raise Mismatch("\n".join(lines), path=path)
 
 
 def _first_difference(expected: Any, actual: Any, path: str, allow_device: bool):

@@ -140,6 +140,9 @@ class OpInfo:
     show: Callable[[Case, Any], list[str]] | None = None  # custom drawing for `harness show`
     targets: Callable[[Case], dict[str, float]] | None = None  # hypothesis.target() in `nightly`
     requires: tuple[str, ...] = ()  # optional modules its checks import (see `missing()`)
+    # how properties and pins reach a candidate that does not take the first (list) form: that
+    # input form, applied to their arguments (None: they call it with lists)
+    as_called: Callable[[Case], Case] | None = None
     doc: str = ""
 
     @property
@@ -210,7 +213,8 @@ def select(ops: Sequence[str] | None = None) -> list[OpInfo]:
     known = {i.op for i in infos} | {i.name for i in infos}
     unknown = [o for o in ops if o not in known]
     if unknown:
-        raise ValueError(f"unknown op(s) {unknown}; known: {sorted(known)}")
+        raise ValueError(f"unknown op {unknown[0]!r}{did_you_mean(unknown[0], known)}; ops: "
+                         f"{', '.join(dict.fromkeys(i.op for i in infos))}")
     return [i for i in infos if i.op in ops or i.name in ops]
 
 
@@ -219,7 +223,16 @@ def get(name: str) -> OpInfo:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown op record {name!r}; known: {sorted(_REGISTRY)}") from None
+        raise ValueError(f"unknown op record {name!r}{did_you_mean(name, _REGISTRY)} "
+                         "(`batchproof list records`)") from None
+
+
+def did_you_mean(name: str, known) -> str:
+    """`; did you mean 'rl_batch'?` when a known name is close, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=2)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 def _short_repr(value: Any, limit: int = 300) -> str:

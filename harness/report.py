@@ -30,6 +30,7 @@ from batchproof.checks import CheckStats, HarnessError
 from batchproof.registry import BadCase, Case
 
 _BLOB = re.compile(r"@reproduce_failure\('([^']+)', b'([^']+)'\)")
+_TARGET_SCORE = re.compile(r"^\s*[-+\d.e]+\s+\(label=")  # a line of "Highest target scores"
 # notes that speak to a test author, or about batchproof's own lines ("Explanation: these lines
 # were always and only run by failing test cases"), or Hypothesis' target scores
 _REPLACED_NOTES = ("Falsifying example", "Falsifying explicit example", "Failing test case",
@@ -75,7 +76,8 @@ def describe(exc: BaseException, stats: CheckStats, function: str) -> Failure:
     if first is not exc:
         notes += [str(n) for n in getattr(first, "__notes__", [])]
     blob = next((m[2] for n in notes for m in [_BLOB.search(n)] if m), "")
-    kept = [n for n in notes if not n.lstrip().startswith(_REPLACED_NOTES)]
+    kept = [n for n in notes if not n.lstrip().startswith(_REPLACED_NOTES)
+            and not _TARGET_SCORE.match(n)]
     message = f"{type(first).__name__}: {first}".rstrip()
     return Failure(kind_of(exc), message, minimal_call(stats.failing, function), blob, kept)
 
@@ -104,6 +106,17 @@ def replay_words(check: str, failure: Failure) -> list[str]:
     if failure.blob:
         words += ["--reproduce", failure.blob]
     return words
+
+
+def check_blob(blob: str) -> None:
+    """A `ValueError` unless `blob` is a reproduction blob Hypothesis can decode."""
+    from hypothesis.core import decode_failure
+    from hypothesis.errors import InvalidArgument
+
+    try:
+        decode_failure(blob.encode())
+    except (InvalidArgument, ValueError) as err:
+        raise ValueError(f"--reproduce {blob!r} is not a failure's blob: {err}") from None
 
 
 def without_explain(phases) -> tuple:

@@ -13,9 +13,10 @@ import dataclasses
 import pytest
 from hypothesis import strategies as st
 
+import batchproof
 from batchproof import adapters
 from batchproof.adapters import Adapter, KnownDivergence
-from batchproof.adapters.runner import check_adapter, select_adapters
+from batchproof.adapters.runner import check_adapter, exit_code, select_adapters
 from batchproof.ops.rl_batch import rl_batch_cases
 from batchproof.reference.balance import karmarkar_karp
 from batchproof.registry import BadCase
@@ -36,7 +37,7 @@ STAND_IN = Adapter(
     name="stand_in.karmarkar_karp", framework="stand_in",
     record="balance.karmarkar_karp", target="tests.test_adapters:_verl_like",
     wrap=lambda fn: fn, forms=("lists",),
-    known=(KnownDivergence("k_over_n_by_assert", _k_over_n, kind="errors",
+    known=(KnownDivergence("k_over_n_by_assert", _k_over_n, kind="errors", raises=AssertionError,
                            doc="k > n raises AssertionError, not ValueError"),),
 )
 
@@ -50,7 +51,8 @@ def test_known_divergence_is_set_aside_and_counted() -> None:
                            max_examples=30)
     assert _statuses(report) == {"errors": "pass", "pin:k_greater_than_n": "known"}, report
     (known,) = report.known
-    assert known["hits"] > 0 and known["confirmed"] == known["hits"]
+    assert known["matched"] > 0 and known["confirmed"] == known["diverged"] == known["matched"]
+    assert known["status"] == "confirmed" and not known["too_broad"]
 
 
 def test_removing_a_known_divergence_reports_it_shrunk() -> None:
@@ -64,10 +66,67 @@ def test_removing_a_known_divergence_reports_it_shrunk() -> None:
 
 
 def test_stale_known_divergence_is_visible() -> None:
-    """A known divergence whose inputs never diverge is reported with confirmed == 0."""
+    """A known divergence whose inputs never diverge is `not reproduced`, never confirmed."""
     report = check_adapter(STAND_IN, karmarkar_karp, checks=["errors"], max_examples=30)
     (known,) = report.known
-    assert known["hits"] > 0 and known["confirmed"] == 0
+    assert known["matched"] > 0 and known["diverged"] == known["confirmed"] == 0
+    assert known["status"] == "not reproduced"
+
+
+# --------------------------------------------------------------------------- reporting rules
+
+
+def _raises_key_error(values, k, *, equal_size=False):
+    """Diverges on k > n, but not the way `k_over_n_by_assert` says (AssertionError)."""
+    if isinstance(k, int) and k > len(values):
+        raise KeyError(k)
+    return karmarkar_karp(values, k, equal_size=equal_size)
+
+
+def test_a_check_that_ran_no_example_is_not_tested() -> None:
+    nothing = dataclasses.replace(STAND_IN, supports=lambda case: False)
+    report = check_adapter(nothing, _verl_like, checks=["equivalence", "errors"],
+                           max_examples=10)
+    assert _statuses(report) == {"equivalence": "not tested", "errors": "not tested"}
+    assert all(o.examples == 0 for o in report.outcomes) and len(report.untested) == 2
+    assert exit_code([report]) == 0  # no divergence; the summary says NOT TESTED
+    with pytest.raises(batchproof.CheckFailed, match="NOT TESTED"):
+        batchproof.check(_verl_like, "balance.karmarkar_karp", adapter=nothing,
+                         checks=["equivalence"], max_examples=10)
+
+
+def test_a_divergence_that_shows_otherwise_is_new_not_confirmed() -> None:
+    report = check_adapter(STAND_IN, _raises_key_error, checks=["errors"], max_examples=30)
+    (known,) = report.known
+    assert known["matched"] > 0 and known["diverged"] > 0 and known["confirmed"] == 0
+    assert known["status"] == "diverged otherwise" and "KeyError" in known["otherwise"]
+    assert report.unexplained and exit_code([report]) == 1
+
+
+def test_a_too_broad_predicate_is_flagged() -> None:
+    """A predicate that matches inputs on which the target agrees with the contract hides them
+    from the search: flagged (matched > diverged), though it still confirms where it diverges."""
+    broad = dataclasses.replace(STAND_IN, known=(dataclasses.replace(
+        STAND_IN.known[0], name="any_k", applies=lambda case: True),))
+    report = check_adapter(broad, _verl_like, checks=["errors"], max_examples=30)
+    (known,) = report.known
+    assert known["too_broad"] and known["matched"] > known["diverged"] > 0
+    assert known["status"] == "confirmed"
+
+
+def test_a_signature_misfit_is_reported_once() -> None:
+    def other_version(values, k, *, equal_size=False):
+        raise TypeError("karmarkar_karp() got an unexpected keyword argument 'equal_size'")
+
+    report = check_adapter(STAND_IN, other_version, max_examples=10)
+    assert "unexpected keyword argument" in report.misfit
+    assert {o.status for o in report.outcomes} == {"not run"} and not report.new
+    assert exit_code([report]) == 3
+
+
+def test_a_known_divergence_must_say_how_it_shows() -> None:
+    with pytest.raises(ValueError, match="say how it shows"):
+        KnownDivergence("vague", _k_over_n, doc="something differs")
 
 
 def test_without_rejects_unknown_names() -> None:
@@ -130,7 +189,7 @@ def test_skyrl_rl_batch_has_known_divergences_only(skyrl) -> None:
                                      "property:max_seq_len_only_warns",
                                      "pin:scalar_reward_on_last_token"])
     assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
-    hits = {k["name"]: k["hits"] for k in report.known}
+    hits = {k["name"]: k["matched"] for k in report.known}
     assert hits["per_token_length_unchecked"] > 0 and hits["scalar_reward_rejected"] > 0
 
 
@@ -152,18 +211,18 @@ def test_skyrl_without_length_check_divergence_fails_shrunk(skyrl) -> None:
     report = check_adapter(adapter, checks=["errors"], max_examples=40,
                            report_multiple_bugs=False, replay_database=False, derandomize=True)
     (errors,) = report.new
-    shrunk = "\n".join(errors.notes)
+    shrunk = errors.minimal
     # shrunk to one sample with an empty response and a one-entry loss mask: either silently
     # right-aligned (accepted) or a RuntimeError from the slice, never the contract's ValueError
     assert "loss_masks[0] has the wrong length" in errors.detail, errors.detail
-    assert "'loss_masks': [[1.0]]" in shrunk and "Case(args=([[]], [" in shrunk, shrunk
+    assert "loss_masks=[[1.0]]" in shrunk and shrunk.startswith("build_rl_batch([[]], ["), shrunk
 
 
 def test_skyrl_without_all_empty_divergence_fails_on_dtype(skyrl) -> None:
     report = _run("skyrl.rl_batch", ["equivalence"], without=("float_ids_when_all_rows_empty",))
     (equivalence,) = report.new
     assert "dtype differs: expected torch.int64, got torch.float32" in equivalence.detail
-    assert "Case(args=([[]], [[]])" in "\n".join(equivalence.notes)
+    assert equivalence.minimal.startswith("build_rl_batch([[]], [[]]"), equivalence.minimal
 
 
 @pytest.mark.parametrize("name", ["verl.karmarkar_karp", "verl.balanced_partitions",
@@ -181,7 +240,7 @@ def test_verl_has_known_divergences_only(verl, name: str) -> None:
 def test_verl_without_k_divergence_fails_shrunk(verl) -> None:
     report = _run("verl.karmarkar_karp", ["errors"], without=("k_unchecked",))
     (errors,) = report.new
-    assert "Case(args=([0], 2)" in "\n".join(errors.notes), errors.notes
+    assert errors.minimal.startswith("karmarkar_karp([0], 2) must raise ValueError"), errors
 
 
 # --------------------------------------------------------------------------- verl padding utilities
@@ -199,7 +258,7 @@ def test_verl_padding_has_known_divergences_only(verl_padding, name: str) -> Non
     report = _run(name, registry.get(adapters.get_adapter(name).record).check_names())
     assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
     assert {o.check: o.status for o in report.outcomes}["equivalence"] == "pass"
-    met = {k["name"]: (k["hits"], k["confirmed"]) for k in report.known}
+    met = {k["name"]: (k["matched"], k["confirmed"]) for k in report.known}
     for known in ("multi_axis_position_ids_channels_first", "mask_values_unchecked",
                   "empty_prompt_by_assert", "truncates_beyond_max_response_len"):
         if known in met:
@@ -213,7 +272,7 @@ def test_verl_without_ragged_channels_fails_shrunk(verl_padding) -> None:
                   without=("multi_axis_position_ids_ragged_on_channels",))
     (equivalence,) = report.new
     assert "position_ids.offsets()" in equivalence.detail, equivalence.detail
-    shrunk = "\n".join(equivalence.notes)
+    shrunk = equivalence.minimal
     assert "TensorDict(batch_size=[1]" in shrunk and "position_ids: i64[2,0]" in shrunk, shrunk
 
 
@@ -223,7 +282,7 @@ def test_verl_without_empty_prompt_fails_shrunk(verl_padding) -> None:
                   without=("empty_prompt_by_assert",))
     (equivalence,) = report.new
     assert "assumes prompt_len > 0" in equivalence.detail, equivalence.detail
-    shrunk = "\n".join(equivalence.notes)
+    shrunk = equivalence.minimal
     assert "TensorDict(batch_size=[1]" in shrunk and "prompts: i64[0]" in shrunk, shrunk
 
 

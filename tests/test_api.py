@@ -75,6 +75,69 @@ def test_check_scopes_forms_skips_and_outputs() -> None:
                          not_provided=["layout"], max_examples=10)
 
 
+def _tensors_only(prompts, responses, **kwargs):
+    """Takes tensor rows only, and produces neither rollout_logprobs nor layout."""
+    if not all(isinstance(row, torch.Tensor) for row in [*prompts, *responses]):
+        raise TypeError("tensors only")
+    return build_rl_batch(prompts, responses, **kwargs).exclude("rollout_logprobs", "layout")
+
+
+def test_forms_and_not_provided_reach_properties_and_pins() -> None:
+    """Properties and pins draw list inputs: a tensors-only function gets them as tensors, and
+    the outputs it does not provide are read from the oracle, so only what it does produce is
+    judged (the alignment property reads rollout_logprobs; pins read layout)."""
+    scoped = dict(forms=["tensors"], not_provided=["rollout_logprobs", "layout"],
+                  checks=["equivalence", "property:alignment", "property:layouts_agree",
+                          "pin:scalar_reward_on_last_token", "pin:two_segment_width_inflation"],
+                  max_examples=10)
+    report = batchproof.check(_tensors_only, "rl_batch.build_rl_batch", **scoped)
+    assert {o.status for o in report.outcomes} == {"pass"}
+    assert report.forms == ["tensors"] and report.not_provided == ["rollout_logprobs", "layout"]
+
+    def shifted_tensors_only(prompts, responses, **kwargs):
+        batch = _tensors_only(prompts, responses, **kwargs)
+        batch["loss_mask"] = batch["loss_mask"].roll(1, dims=1)
+        return batch
+
+    with pytest.raises(batchproof.CheckFailed) as failed:
+        batchproof.check(shifted_tensors_only, "rl_batch.build_rl_batch", **scoped)
+    assert "property:alignment" in failed.value.failed_checks
+    assert "scope: input forms tensors; outputs not compared: rollout_logprobs, layout" in str(
+        failed.value)
+    with pytest.raises(ValueError, match="no output 'rewardz'"):
+        batchproof.check(_tensors_only, "rl_batch.build_rl_batch", not_provided=["rewardz"])
+
+
+def test_the_minimal_case_is_the_input_as_it_was_before_the_call() -> None:
+    def eats_its_input(prompts, responses, **kwargs):
+        batch = build_rl_batch(prompts, responses, **kwargs)
+        for row in responses:
+            if row:
+                row[-1] = 12345  # a collate that writes into its input
+        return batch
+
+    with pytest.raises(batchproof.CheckFailed) as failed:
+        batchproof.check(eats_its_input, "rl_batch.build_rl_batch", checks=["equivalence"],
+                         forms=["lists"], max_examples=20)
+    text = str(failed.value)
+    assert "input was mutated by the call" in text
+    minimal = next(line for line in text.splitlines() if line.startswith("minimal case: "))
+    assert "12345" not in minimal, minimal
+
+
+def test_a_replayed_failure_that_passes_now_passes() -> None:
+    with pytest.raises(batchproof.CheckFailed) as failed:
+        batchproof.check(_shifted, "rl_batch.build_rl_batch", checks=["property:positions",
+                         "property:alignment"], max_examples=10, seed=1)
+    (outcome,) = [o for o in failed.value.report.outcomes if o.status == "new"]
+    report = batchproof.check(build_rl_batch, "rl_batch.build_rl_batch",
+                              checks=[outcome.check], reproduce=outcome.blob or None)
+    assert [o.status for o in report.outcomes] == ["pass"]
+    with pytest.raises(ValueError, match="not a failure's blob"):
+        batchproof.check(build_rl_batch, "rl_batch.build_rl_batch", checks=[outcome.check],
+                         reproduce="garbage")
+
+
 def test_check_validates_its_arguments_before_running() -> None:
     with pytest.raises(ValueError, match="unknown op record 'rl_batch.nope'"):
         batchproof.check(_shifted, "rl_batch.nope")

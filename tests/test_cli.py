@@ -134,6 +134,15 @@ def test_a_divergence_exits_1_with_a_minimal_case_and_a_replay_line(theirs, caps
     (check,) = json.loads((theirs / "replay.json").read_text())["checks"]
     assert check["status"] == "fail" and check["minimal"] == minimal.removeprefix(
         "minimal case: ")
+    # once fixed, the same replay passes and says so; a blob that is not one is a usage error
+    fixed = [("theirs:multiple" if w == "theirs:collate" else w) for w in words[1:]]
+    fixed[fixed.index("theirs:multiple")] = "batchproof.reference.rl_batch:build_rl_batch"
+    capsys.readouterr()
+    assert main(fixed) == 0
+    assert "the replayed failure no longer reproduces" in capsys.readouterr().out
+    blob = fixed.index("--reproduce") + 1
+    assert main(fixed[:blob] + ["not-a-blob"]) == 2
+    assert "not a failure's blob" in _one_line_error(capsys)
 
 
 def test_long_report_lines_are_not_hard_wrapped(theirs, capsys) -> None:

@@ -49,9 +49,15 @@ class KnownDivergence:
     """A documented difference between a framework function and the op's contract.
 
     applies: predicate on the input case (for an invalid input, on `BadCase.case`) that is true
-    exactly when the divergence can show; such inputs are set aside by `harness check`.
+    exactly when the divergence can show; such inputs are set aside by `batchproof check`.
     kind: `"valid"` (a valid input where the output differs or an exception escapes), `"errors"`
     (an invalid input that is accepted or raises another exception type), or `"both"`.
+
+    How it shows — at least one of, and a set-aside input counts as confirming the divergence
+    only when the target did one of these (anything else it did is a new divergence):
+    raises: the exception type(s) the target raises where the contract returns or raises
+        another type; accepts: on bad input, the target returns instead of raising;
+    fields: on valid input, the output keys whose values (shape, dtype, ...) differ.
     """
 
     name: str
@@ -59,14 +65,54 @@ class KnownDivergence:
     doc: str
     kind: str = "both"
     upstream: str = ""  # where the framework's code or discussion lives
+    raises: tuple[type[BaseException], ...] = ()
+    accepts: bool = False
+    fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ("valid", "errors", "both"):
             raise ValueError(f"KnownDivergence.kind must be valid/errors/both, got {self.kind!r}")
+        if isinstance(self.raises, type):
+            object.__setattr__(self, "raises", (self.raises,))
+        if isinstance(self.fields, str):
+            object.__setattr__(self, "fields", (self.fields,))
+        if not (self.raises or self.accepts or self.fields):
+            raise ValueError(f"KnownDivergence {self.name!r}: say how it shows (raises=, "
+                             "accepts=True or fields=), so that a confirmation means something")
 
     def concerns(self, kind: str) -> bool:
         """Whether it can show on `"valid"` inputs or on `"errors"` (invalid) inputs."""
         return self.kind in ("both", kind)
+
+    def describes(self, shown: Shown) -> bool:
+        """Whether what the target did on a set-aside input is this divergence."""
+        if shown.what == "raised":
+            return issubclass(shown.exception, self.raises) if self.raises else False
+        if shown.what == "accepted":
+            return self.accepts
+        if shown.what == "differs":
+            return shown.field in self.fields
+        return False
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a target did on one input, against the contract: `"agreed"`, `"raised"` (an
+    exception the contract does not raise there), `"accepted"` (bad input returned), or
+    `"differs"` (an output differs: `field` is the key)."""
+
+    what: str
+    exception: type[BaseException] | None = None
+    field: str = ""
+    text: str = ""
+
+    def __str__(self) -> str:
+        if self.what == "raised":
+            return f"raised {self.exception.__name__}: {self.text}"
+        if self.what == "differs":
+            return f"output {self.field or '?'} differs: {self.text}"
+        return {"accepted": "accepted the bad input", "agreed": "agreed with the contract"}[
+            self.what]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import re
+import sys
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -33,12 +37,21 @@ from batchproof import profiles, registry
 from batchproof.adapters import (
     Adapter,
     FrameworkMissing,
+    KnownDivergence,
+    Shown,
     all_adapters,
     frameworks,
     get_adapter,
     identity_adapter,
 )
-from batchproof.checks import CheckStats, check_equivalence, check_error_parity, run_check
+from batchproof.checks import (
+    CheckStats,
+    HarnessError,
+    check_equivalence,
+    check_error_parity,
+    run_check,
+)
+from batchproof.compare import Mismatch
 from batchproof.registry import BadCase, Candidate, Case, OpInfo
 from batchproof.report import Failure, command, describe, without_explain
 
@@ -47,19 +60,65 @@ console = Console(width=None if Console().is_terminal else 140)
 
 @dataclass
 class KnownTally:
-    """How often each known divergence's condition held, and how often it really diverged."""
+    """Per known divergence: how many generated inputs its predicate matched, on how many the
+    target diverged from the contract, and on how many it diverged the way the divergence
+    describes (the rest diverged otherwise: new divergences hiding behind a known one)."""
 
-    hits: Counter = field(default_factory=Counter)
+    matched: Counter = field(default_factory=Counter)
+    diverged: Counter = field(default_factory=Counter)
     confirmed: Counter = field(default_factory=Counter)
     unsupported: int = 0
-    example: dict[str, str] = field(default_factory=dict)  # the smallest input seen, per name
+    example: dict[str, str] = field(default_factory=dict)  # smallest confirming input
+    otherwise: dict[str, str] = field(default_factory=dict)  # smallest other divergence
 
-    def record(self, name: str, case: Case | BadCase, diverged: bool) -> None:
-        self.hits[name] += 1
-        self.confirmed[name] += diverged
-        text = repr(case) if len(repr(case)) <= 400 else repr(case)[:385] + "...(truncated)"
-        if diverged and (name not in self.example or len(text) < len(self.example[name])):
-            self.example[name] = text
+    def record(self, known: KnownDivergence, case: Case | BadCase, shown: Shown) -> None:
+        name = known.name
+        self.matched[name] += 1
+        if shown.what == "agreed":
+            return
+        self.diverged[name] += 1
+        text = _short(case)
+        if known.describes(shown):
+            self.confirmed[name] += 1
+            if name not in self.example or len(text) < len(self.example[name]):
+                self.example[name] = text
+        else:
+            text = f"{text} -> {_first_line(str(shown))}"
+            if name not in self.otherwise or len(text) < len(self.otherwise[name]):
+                self.otherwise[name] = text
+
+    def entry(self, known: KnownDivergence) -> dict[str, Any]:
+        """The report's line for one known divergence (see `known_status`)."""
+        name = known.name
+        counts = {"matched": self.matched[name], "diverged": self.diverged[name],
+                  "confirmed": self.confirmed[name]}
+        return {"name": name, "kind": known.kind, **counts,
+                "status": known_status(**counts), "too_broad": counts["diverged"] < counts[
+                    "matched"], "example": self.example.get(name, ""),
+                "otherwise": self.otherwise.get(name, ""), "doc": known.doc,
+                "upstream": known.upstream}
+
+
+def known_status(matched: int, diverged: int, confirmed: int) -> str:
+    """`not met` (no input matched), `not reproduced` (matched, and the target agreed every
+    time), `diverged otherwise` (it diverged another way than described: a new divergence),
+    else `confirmed`."""
+    if matched == 0:
+        return "not met"
+    if diverged == 0:
+        return "not reproduced"
+    if confirmed < diverged:
+        return "diverged otherwise"
+    return "confirmed"
+
+
+def _short(case: Case | BadCase) -> str:
+    text = repr(case)
+    return text if len(text) <= 400 else text[:385] + "...(truncated)"
+
+
+def _first_line(text: str) -> str:
+    return (text.splitlines() or [""])[0][:200]
 
 
 @dataclass
@@ -89,15 +148,29 @@ class AdapterReport:
     outcomes: list[CheckOutcome]
     known: list[dict[str, Any]]
     unsupported: int
+    misfit: str = ""  # why the adapter does not fit this version of the framework
+    forms: list[str] = field(default_factory=list)  # the input forms the target was given
+    not_provided: list[str] = field(default_factory=list)  # outputs not compared
 
     @property
     def new(self) -> list[CheckOutcome]:
         return [o for o in self.outcomes if o.status == "new"]
 
     @property
+    def unexplained(self) -> list[dict[str, Any]]:
+        """Known divergences whose inputs made the target diverge another way than described."""
+        return [k for k in self.known if k["status"] == "diverged otherwise"]
+
+    @property
     def errors(self) -> list[CheckOutcome]:
-        """Checks batchproof could not carry out: an error of its own, or no example run."""
-        return [o for o in self.outcomes if o.status in ("error", "not tested")]
+        """Checks batchproof could not carry out: an error of its own, or the whole adapter not
+        run because it does not fit the framework's version."""
+        return [o for o in self.outcomes if o.status in ("error", "not run")]
+
+    @property
+    def untested(self) -> list[CheckOutcome]:
+        """Checks that ran no input against the target (never a pass)."""
+        return [o for o in self.outcomes if o.status == "not tested"]
 
 
 # --------------------------------------------------------------------------- the adapted record
@@ -111,8 +184,10 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
         name: form for name, form in info.forms.items() if name in adapter.forms}
     compare = _compare_provided(info.compare, adapter.not_provided)
     properties = [p for p in info.properties if f"property:{p.name}" not in adapter.skip]
+    first = next(iter(info.forms))  # the list form, which properties and pins draw
+    as_called = None if first in forms else next(iter(forms.values()))
     plain = dataclasses.replace(info, forms=forms, compare=compare, properties=properties,
-                                targets=None)
+                                targets=None, as_called=as_called)
 
     def keep(case: Case | BadCase) -> bool:
         kind = "errors" if isinstance(case, BadCase) else "valid"
@@ -120,11 +195,12 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
         if not adapter.supports(inputs):
             tally.unsupported += 1
             return False
-        for known in adapter.known:
-            if known.concerns(kind) and known.applies(inputs):
-                tally.record(known.name, case, _diverges(plain, case, candidate))
-                return False
-        return True
+        matching = [k for k in adapter.known if k.concerns(kind) and k.applies(inputs)]
+        if not matching:
+            return True
+        shown = observe(plain, case, candidate)  # counted for the divergence that explains it
+        tally.record(next((k for k in matching if k.describes(shown)), matching[0]), case, shown)
+        return False
 
     valid = (adapter.valid if adapter.valid is not None else info.valid).filter(keep)
     invalid_base = adapter.invalid if adapter.invalid is not None else info.invalid
@@ -135,27 +211,79 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
 
 
 def _compare_provided(compare, not_provided: tuple[str, ...]):
+    """The record's comparator, blind to the outputs the target does not provide (on both
+    sides: a target that does produce one is not faulted for it)."""
     if not not_provided:
         return compare
 
     def compare_provided(expected, actual, **kwargs):
         if isinstance(expected, TensorDictBase):
             expected = expected.exclude(*not_provided)
+        if isinstance(actual, TensorDictBase):
+            actual = actual.exclude(*not_provided)
         compare(expected, actual, **kwargs)
 
     return compare_provided
 
 
-def _diverges(info: OpInfo, case: Case | BadCase, candidate: Candidate) -> bool:
-    """Re-run a set-aside input: does the adapter really differ from the contract on it?"""
-    try:
-        if isinstance(case, BadCase):
+def completed(candidate: Candidate, reference: Candidate, not_provided: tuple[str, ...]):
+    """The target, its output completed with the oracle's values of the keys it does not
+    provide, so that properties and pins that read them see the contract's: what is checked is
+    how the keys the target does provide relate to them. (On bad input the oracle raises and
+    nothing is completed: the target's own result or exception stands.)"""
+    if not not_provided:
+        return candidate
+
+    def with_contract_outputs(*args, **kwargs):
+        out = candidate(*args, **kwargs)
+        if not isinstance(out, TensorDictBase):
+            return out
+        missing = [k for k in not_provided if k not in out.keys()]
+        if not missing:
+            return out
+        previous = logging.root.manager.disable
+        logging.disable(logging.CRITICAL)  # the oracle's warnings are not the target's
+        try:
+            expected = reference(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - bad input: nothing to complete
+            return out
+        finally:
+            logging.disable(previous)
+        out = out.clone(recurse=False)
+        for key in missing:
+            if key not in expected.keys():
+                continue
+            if expected.is_non_tensor(key):
+                out.set_non_tensor(key, expected.get_non_tensor(key))
+            else:
+                out.set(key, expected.get(key).to(out.device) if out.device else expected.get(key))
+        return out
+
+    return with_contract_outputs
+
+
+def observe(info: OpInfo, case: Case | BadCase, candidate: Candidate) -> Shown:
+    """What the target does on one input, against the contract (`Shown`)."""
+    if isinstance(case, BadCase):
+        try:
             check_error_parity(info, case, candidate)
-        else:
-            check_equivalence(info, case, candidate)
-    except Exception:  # noqa: BLE001 - any failure confirms the divergence
-        return True
-    return False
+        except HarnessError:
+            raise
+        except Mismatch as err:
+            cause = err.__cause__
+            if cause is None:
+                return Shown("accepted", text=_first_line(str(err)))
+            return Shown("raised", type(cause), text=_first_line(str(cause)))
+        return Shown("agreed")
+    try:
+        check_equivalence(info, case, candidate)
+    except HarnessError:
+        raise
+    except Mismatch as err:
+        return Shown("differs", field=err.field, text=_first_line(str(err)))
+    except Exception as err:  # noqa: BLE001 - the exception that escaped the target
+        return Shown("raised", type(err), text=_first_line(str(err)))
+    return Shown("agreed")
 
 
 # --------------------------------------------------------------------------- running the checks
@@ -178,13 +306,20 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     needs); `derandomize` makes the search the same on every run (a test that asserts what it
     finds needs that); `seed` and `reproduce` are `run_check`'s."""
     candidate = candidate if candidate is not None else adapter.candidate()
-    tally = KnownTally()
-    info = adapted_record(adapter, candidate, tally)
     base = registry.get(adapter.record)
     wanted = checks or base.check_names()
     unknown = set(wanted) - set(base.check_names())
     if unknown:
         raise ValueError(f"{base.name} has no check {sorted(unknown)}")
+    candidate = completed(candidate, base.reference, adapter.not_provided)
+    misfit = fit_problem(adapter, candidate)
+    if misfit:  # one line for the whole adapter, not one divergence per check
+        return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
+                             [CheckOutcome(adapter.name, adapter.record, c, "not run")
+                              for c in wanted], [], 0, misfit=misfit)
+    tally = KnownTally()
+    info = adapted_record(adapter, candidate, tally)
+    plain = dataclasses.replace(info, valid=base.valid, invalid=base.invalid, pins=base.pins)
     outcomes: list[CheckOutcome] = []
     run_names = set(info.check_names())
     search = dataclasses.replace(info, pins=[])
@@ -204,7 +339,8 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
         if check in adapter.skip:
             outcome.status, outcome.detail = "skipped", adapter.skip[check]
         elif check not in run_names:  # a pin set aside by `keep`
-            outcome.status, outcome.detail = _set_aside_pin(adapter, base, check)
+            outcome.status, outcome.detail = _set_aside_pin(adapter, base, check, candidate,
+                                                            plain)
         else:
             stats = CheckStats()
             started = time.perf_counter()
@@ -226,25 +362,64 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 outcome.minimal = failure.minimal
                 outcome.blob = failure.blob or (reproduce[1] if reproduce else "")
             outcome.examples, outcome.seconds = stats.examples, time.perf_counter() - started
+            if outcome.status == "pass" and stats.notes:
+                outcome.detail = "; ".join(stats.notes)  # e.g. a replay that passes now
             if outcome.status == "pass" and outcome.examples == 0:
                 outcome.status = "not tested"
                 outcome.detail = "no example reached the target"
         outcomes.append(outcome)
-    known = [{"name": k.name, "kind": k.kind, "hits": tally.hits[k.name],
-              "confirmed": tally.confirmed[k.name], "example": tally.example.get(k.name, ""),
-              "doc": k.doc, "upstream": k.upstream} for k in adapter.known]
+    known = [tally.entry(k) for k in adapter.known]
     return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
-                         outcomes, known, tally.unsupported)
+                         outcomes, known, tally.unsupported, forms=list(info.forms),
+                         not_provided=list(adapter.not_provided))
 
 
-def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str) -> tuple[str, str]:
+def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str, candidate: Candidate,
+                   plain: OpInfo) -> tuple[str, str]:
+    """A pin whose input is outside the adapter's domain (skipped) or matched by a known
+    divergence: `known` when the target diverged the way that divergence says, `new` when it
+    diverged another way, `pass` when it agreed with the contract."""
     pin = next(p for p in info.pins if f"pin:{p.name}" == check)
     kind = "errors" if isinstance(pin.case, BadCase) else "valid"
     inputs = pin.case.case if isinstance(pin.case, BadCase) else pin.case
     if not adapter.supports(inputs):
         return "skipped", "input outside the adapter's domain"
-    names = [k.name for k in adapter.known if k.concerns(kind) and k.applies(inputs)]
-    return "known", ", ".join(names)
+    matching = [k for k in adapter.known if k.concerns(kind) and k.applies(inputs)]
+    shown = observe(plain, pin.case, candidate)
+    if shown.what == "agreed":
+        return "pass", f"matched {matching[0].name}, but the target agreed with the contract"
+    explained = [k.name for k in matching if k.describes(shown)]
+    if explained:
+        return "known", ", ".join(explained)
+    return "new", f"matched {matching[0].name}, but the target {shown}"
+
+
+def fit_problem(adapter: Adapter, candidate: Candidate) -> str:
+    """Why the adapter does not fit the installed framework, or "": the record's example and
+    valid pins the adapter supports are run once, and a call that fails on its signature
+    (an unexpected or missing argument, a different number of returned values) says so."""
+    info = registry.get(adapter.record)
+    probes = [p.case for p in info.pins if isinstance(p.case, Case)]
+    probes += [info.example] if info.example is not None else []
+    for case in probes:
+        if not adapter.supports(case) or any(k.concerns("valid") and k.applies(case)
+                                             for k in adapter.known):
+            continue
+        try:
+            case.call(candidate)
+        except (TypeError, ValueError) as err:
+            if _SIGNATURE.search(str(err)):
+                return f"{type(err).__name__}: {_first_line(str(err))}"
+        except Exception:  # noqa: BLE001 - another failure: the checks report it
+            pass
+        return ""
+    return ""
+
+
+_SIGNATURE = re.compile(
+    r"unexpected keyword argument|missing \d+ required (positional|keyword)|"
+    r"takes \d+ positional arguments? but \d+ (were|was) given|got multiple values for argument|"
+    r"too many values to unpack|not enough values to unpack|required keyword-only argument")
 
 
 # --------------------------------------------------------------------------- selection and CLI
@@ -290,17 +465,18 @@ def main(args) -> int:
         if unknown:
             raise UsageError(f"{chosen.record} has no check {sorted(unknown)[0]!r} "
                              "(see `batchproof list checks`)")
+    reproduce = reproduce_of(args.reproduce)
     reports = []
     for chosen in adapters:
         try:
             candidate = chosen.candidate()
         except FrameworkMissing as err:
-            console.print(f"{chosen.name}: {err}", markup=False, highlight=False, soft_wrap=True)
+            print(f"batchproof: error: {chosen.name}: {err}", file=sys.stderr)
             return HARNESS
         with console.status(f"checking {chosen.name} ({chosen.target})"):
             reports.append(check_adapter(chosen, candidate, checks=args.check,
                                          report_multiple_bugs=False, seed=args.seed,
-                                         reproduce=reproduce_of(args.reproduce),
+                                         reproduce=reproduce,
                                          base_settings=run_settings(args.max_examples)))
         adapter_name = args.adapter or (None if ":" in args.impl else chosen.name)
         print_report(reports[-1], profile, replay=replayer(
@@ -312,12 +488,17 @@ def main(args) -> int:
             json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
                        "reports": [asdict(r) for r in reports]}, handle, indent=2)
         console.print(f"report written to {args.json}", markup=False, highlight=False)
-    new = sum(len(r.new) for r in reports)
+    new = sum(len(r.new) + len(r.unexplained) for r in reports)
     errors = sum(len(r.errors) for r in reports)
     colour = "red" if new or errors else "green"
+    known = sum(len(r.known) for r in reports)
+    untested = sum(len(r.untested) for r in reports)
     console.print(f"[{colour}]{new} new divergence(s)[/{colour}]"
                   + (f", [red]{errors} check(s) not carried out[/red]" if errors else "")
-                  + f" in {len(reports)} adapter(s); known divergences are listed above")
+                  + (f", [yellow]{untested} check(s) NOT TESTED (no input reached the "
+                     "target)[/yellow]" if untested else "")
+                  + f" in {len(reports)} target(s)"
+                  + (f"; {known} known divergence(s) listed above" if known else ""))
     return code
 
 
@@ -335,6 +516,11 @@ def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=()) -> Adapter
     if unknown:
         raise ValueError(f"{info.name} has no check {unknown[0]!r} (see `batchproof list "
                          "checks`)")
+    outputs = output_keys(info)
+    unknown = [k for k in not_provided or () if outputs and k not in outputs]
+    if unknown:
+        raise ValueError(f"{info.name} has no output {unknown[0]!r}; its outputs: "
+                         f"{', '.join(sorted(outputs))}")
     why = dict(skip) if isinstance(skip, Mapping) else {c: "skipped by the caller" for c in skip}
     if "errors" in why:  # the bad-input checks: the errors search and every bad-input pin
         why |= {f"pin:{pin.name}": f"a bad-input pin ({why['errors']})" for pin in info.pins
@@ -345,11 +531,38 @@ def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=()) -> Adapter
         **({"forms": tuple(forms)} if forms else {}))
 
 
+def output_keys(info: OpInfo, draws: int = 40) -> set[str]:
+    """The output keys the oracle produces on the record's valid pins and on `draws`
+    derandomized valid inputs (empty when its outputs are not TensorDicts)."""
+    from hypothesis import Phase, given
+
+    keys: set[str] = set()
+
+    def collect(case: Case) -> None:
+        try:
+            out = case.call(info.reference)
+        except Exception:  # noqa: BLE001 - e.g. a model record without its extra
+            return
+        if isinstance(out, TensorDictBase):
+            keys.update(out.keys())
+
+    for pin in info.pins:
+        if isinstance(pin.case, Case):
+            collect(pin.case)
+    search = settings(max_examples=draws, derandomize=True, database=None, deadline=None,
+                      phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    search(given(info.valid)(collect))()
+    return keys
+
+
 def exit_code(reports: list[AdapterReport]) -> int:
-    """3 when a check could not be carried out, else 1 when a new divergence was found, else 0."""
+    """3 when a check could not be carried out, else 1 when a new divergence was found, else 0.
+    A NOT TESTED check changes no exit status of `batchproof check` (a framework function may
+    have no input left to test once its known divergences are set aside); the report and the
+    summary line say it was not tested. `batchproof.check` fails on it."""
     if not reports or any(r.errors for r in reports):
         return 3
-    return 1 if any(r.new for r in reports) else 0
+    return 1 if any(r.new or r.unexplained for r in reports) else 0
 
 
 def replayer(impl: str, record: str, *, adapter: str | None = None, profile: str | None = None,
@@ -374,7 +587,12 @@ def replayer(impl: str, record: str, *, adapter: str | None = None, profile: str
 
 _STYLE = {"pass": "[green]PASS[/green]", "new": "[red]NEW DIVERGENCE[/red]",
           "known": "[yellow]known[/yellow]", "skipped": "[dim]skipped[/dim]",
-          "not tested": "[yellow]NOT TESTED[/yellow]", "error": "[red]ERROR[/red]"}
+          "not tested": "[yellow]NOT TESTED[/yellow]", "error": "[red]ERROR[/red]",
+          "not run": "[red]NOT RUN[/red]"}
+_KNOWN_STYLE = {"confirmed": "confirmed", "not met": "[yellow]not met (no input matched: not "
+                "tested)[/yellow]", "not reproduced": "[yellow]not reproduced (matched, the "
+                "target agreed every time: fixed upstream?)[/yellow]",
+                "diverged otherwise": "[red]DIVERGED OTHERWISE (new)[/red]"}
 
 
 def print_report(report: AdapterReport, profile: str, replay=None, console: Console = console
@@ -384,28 +602,44 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
 
     version = f" ({report.version})" if report.version != "-" else ""
     console.rule(f"{report.target}{version} vs {report.record}")
-    table = Table(title=f"checks — profile={profile}")
+    if report.misfit:
+        say(f"the adapter {report.adapter} does not fit {report.target}{version}: "
+            f"{report.misfit}. No check was run; an adapter for this version is needed "
+            "(`batchproof list adapters`).")
+        return
+    skipped = [o.check for o in report.outcomes if o.status == "skipped"]
+    say(f"scope: input forms {', '.join(report.forms)}"
+        + (f"; outputs not compared: {', '.join(report.not_provided)}"
+           if report.not_provided else "")
+        + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
+    table = Table(title=f"checks — profile={profile}; examples = inputs run against the target")
     for column in ("check", "result", "examples", "time", "detail"):
         table.add_column(column, justify="right" if column in ("examples", "time") else "left")
     for o in report.outcomes:
-        detail = o.detail if o.status not in ("new", "error") else o.detail.splitlines()[0][:80]
+        detail = o.detail if o.status not in ("new", "error") else textwrap.shorten(
+            o.detail.splitlines()[0], 80, placeholder=" ...")
         table.add_row(o.check, _STYLE[o.status], str(o.examples), f"{o.seconds:.1f}s",
                       escape(detail))
     console.print(table)
     if report.known:
-        known = Table(title="known divergences (inputs set aside so the search goes on)")
-        for column in ("divergence", "kind", "inputs met", "confirmed"):
-            known.add_column(column, justify="right" if column in ("inputs met", "confirmed")
-                             else "left")
+        known = Table(title="known divergences (their inputs set aside so the search goes on; "
+                            "confirmed = diverged the way described)")
+        for column in ("divergence", "kind", "matched", "diverged", "confirmed", "status"):
+            known.add_column(column, justify="right" if column in (
+                "matched", "diverged", "confirmed") else "left")
         for k in report.known:
-            confirmed = str(k["confirmed"]) if k["confirmed"] or not k["hits"] else \
-                "[yellow]0 (not reproduced: fixed upstream?)[/yellow]"
-            known.add_row(k["name"], k["kind"], str(k["hits"]), confirmed)
+            status = _KNOWN_STYLE[k["status"]] + (" [yellow](too broad: matched more than "
+                                                  "diverged)[/yellow]" if k["too_broad"]
+                                                  and k["diverged"] else "")
+            known.add_row(k["name"], k["kind"], str(k["matched"]), str(k["diverged"]),
+                          str(k["confirmed"]), status)
         console.print(known)
         for k in report.known:
             say(f"  {k['name']}: {k['doc']}")
             if k["example"]:
-                say(f"    smallest input seen: {k['example']}")
+                say(f"    smallest input confirming it: {k['example']}")
+            if k["otherwise"]:
+                say(f"    NEW: diverged another way than described, smallest: {k['otherwise']}")
     if report.unsupported:
         say(f"{report.unsupported} generated inputs were outside the adapter's domain (not run)")
     for o in report.outcomes:

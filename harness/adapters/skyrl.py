@@ -137,6 +137,13 @@ def has_non_int_pad(case: Case) -> bool:
     return False
 
 
+def has_non_int_token(case: Case) -> bool:
+    """A token id that is not an int (a float, a str, None) in a prompt or response list."""
+    rows = [row for side in case.args[:2] if isinstance(side, list) for row in side]
+    return any(isinstance(row, list) and any(not isinstance(v, int) for v in row)
+               for row in rows)
+
+
 def left_layout(case: Case) -> bool:
     return case.kwargs.get("layout", "left") == "left" and case.kwargs.get("device") is None
 
@@ -154,35 +161,52 @@ UPSTREAM = "skyrl/train/dataset/preprocess.py (skyrl 0.3.0)"
 RL_BATCH_KNOWN = (
     KnownDivergence(
         "scalar_reward_rejected", has_scalar_reward, kind="valid", upstream=UPSTREAM,
+        raises=TypeError,
         doc="a scalar reward per sample (Python number or 0-d tensor) raises TypeError "
             "(`len()` of a float); SkyRL expects one per-token list per sample. The contract puts "
             "a scalar on the row's last response token."),
     KnownDivergence(
         "float_ids_when_all_rows_empty", all_rows_empty, kind="valid", upstream=UPSTREAM,
+        fields=("input_ids", "attention_mask"),
         doc="when every prompt and response is empty, `torch.tensor(sequences)` of empty lists "
             "gives float32 sequences of shape (B, 0) instead of int64 (found by harness check)."),
     KnownDivergence(
         "per_token_length_unchecked", has_length_mismatch, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=RuntimeError,
         doc="a rewards/loss_masks/logprobs row whose length differs from its response is "
             "right-aligned by its own length (silently wrong columns when shorter, or longer but "
             "<= max response length), or fails with a RuntimeError from the slice assignment; "
             "the contract raises ValueError naming the argument and row."),
     KnownDivergence(
         "counts_checked_by_assert", has_count_mismatch, kind="errors", upstream=UPSTREAM,
+        raises=AssertionError,
         doc="count mismatches and the empty batch raise AssertionError from `assert` (gone "
             "under `python -O`), not ValueError."),
     KnownDivergence(
         "logprobs_count_unchecked", has_logprobs_count_mismatch, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=IndexError,
         doc="`logprobs` with more rows than samples raises IndexError; with fewer rows the "
             "missing rows are silently left at 0.0. The contract raises ValueError."),
     KnownDivergence(
         "pad_token_id_unchecked", has_non_int_pad, kind="errors", upstream=UPSTREAM,
-        doc="pad_token_id comes from the tokenizer and is not validated: a float, str, None or "
-            "bool is written into the sequences (a float pad even turns them into float32), and "
-            "an int beyond int64 fails in torch.tensor (or passes when no row needs padding) "
-            "instead of the contract's ValueError naming pad_token_id."),
+        accepts=True, raises=(RuntimeError, OverflowError, ValueError),
+        doc="pad_token_id comes from the tokenizer and is not validated: a float or bool is "
+            "written into the sequences (a float pad even turns them into float32), a str makes "
+            "torch.tensor raise ValueError, and an int beyond int64 fails in torch.tensor (or "
+            "passes when no row needs padding) instead of the contract's TypeError / ValueError "
+            "naming pad_token_id. (None raises torch's TypeError where a row needs padding: the "
+            "contract's type, so those inputs agree and the predicate reads as too broad.)"),
+    KnownDivergence(
+        "token_ids_unchecked", has_non_int_token, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=(ValueError, RuntimeError),
+        doc="token ids are not type-checked: a float id is accepted and turns the sequences "
+            "into float32 (`[[1.5]]` gives tensor([[1.5, 2.0]])), a str id fails in torch.tensor "
+            "with ValueError ('too many dimensions'), None with RuntimeError ('Could not infer "
+            "dtype'); the contract raises TypeError naming the argument and row. Found by the "
+            "contract's token-id bad inputs (2026-11-24)."),
     KnownDivergence(
         "multi_dim_row_unchecked", has_multi_dim_row, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=RuntimeError,
         doc="a per-token row given as a nested list or 2-D tensor is broadcast into the row or "
             "fails with RuntimeError; the contract raises ValueError."),
 )
@@ -200,7 +224,10 @@ RL_BATCH = register_adapter(Adapter(
     forms=("lists",),  # `prompts[i] + responses[i]` concatenates lists; tensors would add
     supports=left_layout,
     valid=rl_batch_cases(layouts=("left",)),
-    invalid=bad_rl_batch_cases().map(as_left_layout),
+    # bad inputs start from valid ones SkyRL takes: a scalar reward would fail first (TypeError,
+    # `scalar_reward_rejected`) and hide the defect under test
+    invalid=bad_rl_batch_cases(valid=rl_batch_cases(
+        layouts=("left",), rewards=("none", "per_token"))).map(as_left_layout),
     known=RL_BATCH_KNOWN,
     not_provided=("position_ids",),
     skip={

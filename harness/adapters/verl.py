@@ -77,34 +77,48 @@ def k_is_bool(case: Case) -> bool:
     return isinstance(_k(case), bool)
 
 
-def k_not_an_int(case: Case) -> bool:
-    return not isinstance(_k(case), int)
+def float_k_over_n(case: Case) -> bool:
+    """A non-int k (e.g. 2.0) above the number of values: verl's `k <= n` assert fires first."""
+    k, values = _k(case), _values(case)
+    return (isinstance(k, float) and values is not None and math.isfinite(k)
+            and k > len(values))
 
 
 PARTITION_KNOWN = (
     KnownDivergence(
         "k_unchecked", k_out_of_range, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=(AssertionError, IndexError),
         doc="karmarkar_karp accepts k > n and returns empty partitions; k < 1 fails with "
-            "AssertionError or returns []; get_seqlen_balanced_partitions rejects k > n with "
-            "AssertionError. The contract raises ValueError."),
+            "AssertionError, with IndexError (k = 0 on one value) or returns []; "
+            "get_seqlen_balanced_partitions rejects k > n with AssertionError. The contract "
+            "raises ValueError."),
     KnownDivergence(
         "equal_size_checked_by_assert", equal_size_not_divisible, kind="errors",
         upstream=UPSTREAM,
+        raises=AssertionError,
         doc="equal_size with n % k != 0 raises AssertionError (gone under `python -O`, where "
             "the block loop then reads past the sorted list: IndexError), not ValueError."),
     KnownDivergence(
         "values_unchecked", bad_value, kind="errors", upstream=UPSTREAM,
+        accepts=True,
         doc="negative, NaN/inf and bool values are accepted; with negative values or NaN the "
             "state order is not total and the partition depends on heap internals. The contract "
             "raises ValueError (TypeError for bool)."),
     KnownDivergence(
         "bool_k_accepted", k_is_bool, kind="errors", upstream=UPSTREAM,
+        accepts=True,
         doc="k=True is used as k=1; the contract raises TypeError for a bool k."),
+)
+
+# karmarkar_karp with a non-int k raises TypeError deep inside: the contract's type, so no
+# divergence; get_seqlen_balanced_partitions asserts k <= n first
+BALANCED_KNOWN = PARTITION_KNOWN + (
     KnownDivergence(
-        "k_type_unchecked", k_not_an_int, kind="errors", upstream=UPSTREAM,
-        doc="a non-int k (e.g. 2.0) is not type-checked: get_seqlen_balanced_partitions fails "
-            "its assert first when k > n, karmarkar_karp fails deep inside with an unnamed "
-            "TypeError; the contract raises TypeError naming k."),
+        "float_k_over_n_by_assert", float_k_over_n, kind="errors", upstream=UPSTREAM,
+        raises=AssertionError,
+        doc="a non-int k (e.g. 2.0) greater than the number of values fails the `k <= n` "
+            "assert (AssertionError) before any type check; the contract raises TypeError "
+            "naming k."),
 )
 
 KARMARKAR_KARP = register_adapter(Adapter(
@@ -128,7 +142,7 @@ BALANCED_PARTITIONS = register_adapter(Adapter(
     distribution="verl",
     doc="karmarkar_karp with sorted, non-empty partitions",
     forms=("lists", "tensor"),
-    known=PARTITION_KNOWN,
+    known=BALANCED_KNOWN,
 ))
 
 
@@ -179,10 +193,12 @@ MICRO_KNOWN = (
     KnownDivergence(
         "micro_batches_checked_by_assert", micro_checked_by_assert, kind="errors",
         upstream=UPSTREAM,
+        raises=AssertionError,
         doc="a sample longer than max_token_len, or a batch size not divisible by "
             "force_group_size, raises AssertionError (gone under `python -O`), not ValueError."),
     KnownDivergence(
         "micro_batches_unchecked", micro_unchecked, kind="errors", upstream=UPSTREAM,
+        accepts=True,
         doc="a 0-token sample, min_num_micro_batch=0 and max_token_len < 1 are not rejected."),
 )
 
@@ -366,6 +382,7 @@ NO_PADDING_KNOWN = (
     KnownDivergence(
         "multi_axis_position_ids_channels_first", multi_axis_unequal_rows, kind="valid",
         upstream=PADDING_UPSTREAM,
+        fields=("position_ids",),
         doc="(B, C, S) position_ids (multi-axis RoPE), rows of different lengths: nested row by "
             "row as (C, n_i), a (B, C, j) jagged tensor ragged on dim 2, where the contract "
             "nests them as (B, j, C) ragged on dim 1 like every other field (a layout "
@@ -373,6 +390,7 @@ NO_PADDING_KNOWN = (
     KnownDivergence(
         "multi_axis_position_ids_ragged_on_channels", multi_axis_equal_rows, kind="valid",
         upstream=PADDING_UPSTREAM,
+        fields=("position_ids",),
         doc="verl bug: (B, C, S) position_ids when every row has the same number n of real "
             "tokens (any batch of one row): torch.nested.as_nested_tensor(layout=torch.jagged) "
             "of equal-shape (C, n) rows makes the *channel* axis ragged: shape (B, j, n), "
@@ -380,6 +398,7 @@ NO_PADDING_KNOWN = (
             "whose offsets are not token offsets."),
     KnownDivergence(
         "mask_values_unchecked", mask_not_binary, kind="errors", upstream=PADDING_UPSTREAM,
+        accepts=True, raises=RuntimeError,
         doc="verl bug: an attention_mask holding 2 or -1 is accepted and gives a corrupt "
             "jagged input_ids: unpad_input takes its offsets from mask.sum() but gathers with "
             "nonzero() ([1, 2, 1, 0] -> offsets [0, 4] over 3 values), while position_ids "
@@ -387,6 +406,7 @@ NO_PADDING_KNOWN = (
             "an unnamed RuntimeError. The contract raises ValueError naming the row."),
     KnownDivergence(
         "input_checked_by_assert", not_a_dense_batch, kind="errors", upstream=PADDING_UPSTREAM,
+        raises=AssertionError,
         doc="a non-TensorDict or an already nested batch (no dense attention_mask) fails "
             "verl's `assert` (AssertionError, gone under `python -O`), not ValueError/TypeError."),
 )
@@ -514,12 +534,14 @@ def response_beyond_max_response_len(case: Case) -> bool:
 NO_PADDING_2_PADDING_KNOWN = (
     KnownDivergence(
         "empty_prompt_by_assert", empty_prompt, kind="both", upstream=PADDING_UPSTREAM,
+        raises=AssertionError,
         doc="any row with an empty prompt fails `assert not prompt_lens.eq(0).any()` "
             "(AssertionError): also an empty row (p = r = 0), for which the contract returns a "
             "zero row; for p = 0 < r the contract raises ValueError."),
     KnownDivergence(
         "float_attention_mask_fails", float_attention_mask, kind="valid",
         upstream=PADDING_UPSTREAM,
+        raises=TypeError,
         doc="a floating-point attention_mask (dense batch, or the dense form of a nested one) "
             "makes prompt_lens float and the slice "
             "`values[seq_offset - resp_len - 1 : ...]` fails with TypeError ('only integer "
@@ -527,16 +549,19 @@ NO_PADDING_2_PADDING_KNOWN = (
     KnownDivergence(
         "output_size_checked_by_assert", output_rows_mismatch, kind="errors",
         upstream=PADDING_UPSTREAM,
+        raises=AssertionError, accepts=True,
         doc="an output whose token count is not the batch's fails `assert sequence_offsets[-1] "
             "== values.shape[0]` (AssertionError); a jagged output's own row lengths are never "
             "read (only .values()), so rows of the wrong lengths with the right total pass."),
     KnownDivergence(
         "output_type_unchecked", output_not_a_tensor, kind="errors", upstream=PADDING_UPSTREAM,
+        raises=AttributeError,
         doc="an output that is not a tensor fails with AttributeError ('list' object has no "
             "attribute 'is_nested'), not TypeError."),
     KnownDivergence(
         "truncates_beyond_max_response_len", response_beyond_max_response_len, kind="errors",
         upstream=PADDING_UPSTREAM,
+        accepts=True,
         doc="nested path: a response longer than max_response_len is truncated silently "
             "(F.pad with a negative pad crops); the contract raises ValueError."),
 )

@@ -76,16 +76,17 @@ def _rewards(r_lens, kinds: Sequence[str] = REWARD_KINDS[1:]):
 
 
 @st.composite
-def bad_rl_batch_cases(draw) -> BadCase:
-    """Invalid calls, one defect each, with the exception type the spec requires."""
-    good = draw(rl_batch_cases())
+def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """Invalid calls, one defect each, with the exception type the spec requires; each starts
+    from a valid call (`valid`, default `rl_batch_cases()`)."""
+    good = draw(valid if valid is not None else rl_batch_cases())
     prompts, responses = good.args
     kwargs = dict(good.kwargs)
     r_lens = [len(r) for r in responses]
     batch = len(prompts)
     kind = draw(st.sampled_from([
         "pad_type", "pad_bool", "pad_range", "layout", "count", "empty", "values_count",
-        "values_length", "reward_2d", "loss_2d_tensor", "not_a_list"]))
+        "values_length", "reward_2d", "loss_2d_tensor", "not_a_list", "token_type"]))
     if kind == "pad_type":
         kwargs["pad_token_id"] = draw(st.sampled_from([0.0, "0", None]))
         return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id not an int")
@@ -105,6 +106,18 @@ def bad_rl_batch_cases(draw) -> BadCase:
         return BadCase(Case(args, kwargs), ValueError, "prompts and responses counts differ")
     if kind == "empty":
         return BadCase(Case(([], []), {"pad_token_id": 0}), ValueError, "empty batch")
+    if kind == "token_type":  # a float, str or None token id (a bool is an int: index() takes it)
+        name, rows = draw(st.sampled_from([("prompts", prompts), ("responses", responses)]))
+        filled = [i for i, row in enumerate(rows) if row]
+        if not filled:  # every row empty: a prompt token changes no per-token length
+            name, rows, filled = "prompts", prompts, [0]
+        row = draw(st.sampled_from(filled))
+        bad = draw(st.sampled_from([1.5, "3", None]))
+        changed = [list(r) for r in rows]
+        changed[row] = (changed[row] or [0])[:-1] + [bad] if name == "responses" or rows[row] \
+            else [bad]
+        args = (changed, responses) if name == "prompts" else (prompts, changed)
+        return BadCase(Case(args, kwargs), TypeError, f"{name}[{row}] holds a {type(bad).__name__}")
     name = draw(st.sampled_from(["rewards", "loss_masks", "logprobs"]))
     kwargs.pop(name, None)
     if kind == "values_count":

@@ -146,6 +146,18 @@ def _fit(row, length):
     return ([0.0] * length + list(row))[-length:] if length else []
 
 
+def _float_tokens_truncated(prompts, responses, **kwargs):
+    """Token ids through int(): 1.5 becomes token 1, a str "3" token 3 (numpy.fromiter with an
+    integer dtype truncates the same way)."""
+    def ints(rows):
+        if isinstance(rows, torch.Tensor) or not isinstance(rows, list):
+            return rows
+        return [[int(v) if isinstance(v, (float, str)) else v for v in row]
+                if isinstance(row, list) else row for row in rows]
+
+    return _build(ints(prompts), ints(responses), **kwargs)
+
+
 ENTRIES = [
     ZooEntry(
         name="rl_batch.left_aligned_slice",
@@ -256,5 +268,13 @@ ENTRIES = [
         bug="a per-token list of the wrong length is right-aligned by its own length (SkyRL quirk)",
         killers=("pin:loss_mask_length_mismatch", "errors"),
         replacement=_length_mismatch_accepted,
+    ),
+    ZooEntry(
+        name="rl_batch.float_token_ids_truncated",
+        op="rl_batch", function="build_rl_batch",
+        bug="float and str token ids truncated to ints instead of rejected (a fast path that "
+            "converts with an integer dtype)",
+        killers=("errors",),
+        replacement=_float_tokens_truncated,
     ),
 ]
