@@ -6,7 +6,7 @@ The public API (docs/api.md):
     batchproof.assert_identical(expected, actual)                            the exact comparator
     batchproof.strategies                                                    input generators
     batchproof.CheckFailed, batchproof.Mismatch                              what they raise
-    batchproof.Adapter, batchproof.KnownDivergence                           framework mappings
+    batchproof.Adapter, batchproof.KnownDivergence, batchproof.register_adapter   adapters
 
 Everything else (`batchproof.registry`, `.checks`, `.ops`, `.zoo`, `.impl`, `.reference`, ...) is
 internal: it may change in any release. `batchproof.impl` and `batchproof.reference` hold the
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from batchproof import strategies
-    from batchproof.adapters import Adapter, KnownDivergence
+    from batchproof.adapters import Adapter, KnownDivergence, register_adapter
     from batchproof.api import CheckFailed, CheckReport, check
     from batchproof.compare import Mismatch, assert_identical
 
@@ -33,7 +33,7 @@ except PackageNotFoundError:  # pragma: no cover - a source tree that was never 
     __version__ = "0+unknown"
 
 __all__ = ["Adapter", "CheckFailed", "CheckReport", "KnownDivergence", "Mismatch", "__version__",
-           "assert_identical", "check", "strategies"]
+           "assert_identical", "check", "register_adapter", "strategies"]
 
 _LAZY = {
     "check": "batchproof.api",
@@ -43,6 +43,7 @@ _LAZY = {
     "Mismatch": "batchproof.compare",
     "Adapter": "batchproof.adapters",
     "KnownDivergence": "batchproof.adapters",
+    "register_adapter": "batchproof.adapters",
 }
 
 

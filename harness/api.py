@@ -62,6 +62,8 @@ def check(
     skip: Sequence[str] | Mapping[str, str] = (),
     forms: Sequence[str] | None = None,
     not_provided: Sequence[str] = (),
+    output_names: Mapping[str, str] | None = None,
+    layout: str | None = None,
     max_examples: int | None = None,
     seed: int | None = None,
     reproduce: str | None = None,
@@ -79,6 +81,8 @@ def check(
         skipped, with the reason).
     forms: the input forms `fn` accepts (default: every form of the record, e.g. lists,
         tensors, jagged). not_provided: output keys `fn` does not produce (not compared).
+    output_names: {fn's output name: the contract's} (a dict of outputs becomes a
+        TensorDict). layout: the only layout `fn` builds (records with a `layout` argument).
     max_examples, seed, reproduce: examples per check, a seed for Hypothesis' search, and a
         failure's blob to replay (from a report's replay line).
     settings: Hypothesis settings to start from (default: the currently loaded profile).
@@ -87,8 +91,9 @@ def check(
     """
     __tracebackhide__ = True  # pytest shows the report, not this function's source
     names = registry_record(record).check_names()
+    pairs = [f"{theirs}={ours}" for theirs, ours in (output_names or {}).items()]
     chosen = scoped(_adapter(fn, record, adapter), forms=forms, not_provided=not_provided,
-                    skip=skip)
+                    skip=skip, layout=layout, output_names=pairs)
     for name in checks or ():
         if name not in names:
             raise ValueError(f"{record} has no check {name!r}; its checks: {names}")
@@ -107,7 +112,7 @@ def check(
         base_settings=settings)
     if report.new or report.unexplained or report.errors or report.untested:
         raise CheckFailed(render(report, fn, chosen, forms=forms, not_provided=not_provided,
-                                 skip=skip), report)
+                                 skip=skip, layout=layout, output_names=pairs), report)
     return report
 
 
@@ -144,7 +149,7 @@ def _target_of(fn: Callable[..., Any]) -> str | None:
 
 
 def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter, *, forms=None,
-           not_provided=(), skip=()) -> str:
+           not_provided=(), skip=(), layout=None, output_names=()) -> str:
     """The report as `batchproof check` prints it, with replay lines for this call."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=120, no_color=True, highlight=False,
@@ -155,7 +160,8 @@ def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter, *, for
     if target is not None and registered:
         replay = replayer(target, adapter.record,
                           adapter=None if adapter.framework == "custom" else adapter.name,
-                          forms=forms, not_provided=not_provided, skip=skip)
+                          forms=forms, not_provided=not_provided, skip=skip, layout=layout,
+                          output_names=output_names)
     else:
         def replay(outcome: CheckOutcome) -> str:
             extra = f", reproduce={outcome.blob!r}" if outcome.blob else ""

@@ -435,12 +435,19 @@ def _list_checks() -> None:
 def _list_adapters() -> None:
     from batchproof import adapters
 
-    table = Table(title="adapters (`batchproof check --impl FRAMEWORK`)")
-    for column in ("adapter", "framework", "record", "target", "installed"):
+    table = Table(title="adapters (`batchproof check --impl FRAMEWORK`; entry-point group "
+                        f"{adapters.ENTRY_POINTS!r})")
+    for column in ("adapter", "framework", "record", "target", "fits", "installed"):
         table.add_column(column)
     for a in adapters.all_adapters():
-        table.add_row(a.name, a.framework, a.record, a.target, a.version())
+        installed = a.version()
+        fits = "yes" if installed in ("-", "not installed") or a.fits(installed) else "no"
+        table.add_row(a.name, a.framework, a.record, a.target, a.versions or "any",
+                      f"{installed} ({fits})" if installed not in ("-", "not installed")
+                      else installed)
     console.print(table)
+    for problem in adapters.LOAD_PROBLEMS:
+        say(problem)
 
 
 def _list_profiles() -> None:
@@ -609,8 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write a JSON report to this file")
 
     p = sub.add_parser("check", help="fuzz a third-party implementation through an adapter")
-    p.add_argument("--impl", required=True, help="a framework (`batchproof list adapters`) or "
-                   "module:function (the current folder is importable)")
+    p.add_argument("--impl", help="a framework (`batchproof list adapters`) or "
+                   "module:function (the current folder is importable); optional with "
+                   "--adapter, which names its own function")
     p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
     p.add_argument("--adapter", help="adapter name (`batchproof list adapters`), also for a "
                    "module:function target that it maps")
@@ -623,6 +631,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "`batchproof list records`); repeatable; default: every form")
     p.add_argument("--not-provided", action="append", default=[], metavar="KEY",
                    help="an output the function does not produce (not compared); repeatable")
+    p.add_argument("--output-name", action="append", default=[], metavar="THEIRS=CONTRACT",
+                   help="an output of the function under another name than the contract's "
+                        "(a dict of outputs becomes a TensorDict); repeatable")
+    p.add_argument("--layout", help="the only layout the function builds (records with a "
+                   "layout argument, e.g. --layout left for rl_batch.build_rl_batch)")
+    p.add_argument("--adapter-file", action="append", default=[], metavar="PATH.py",
+                   help="a Python file that registers adapters (batchproof.register_adapter); "
+                        "then --adapter NAME or --impl FRAMEWORK picks one; repeatable")
     _search_options(p)
     p.add_argument("--json", metavar="FILE")
 

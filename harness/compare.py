@@ -210,7 +210,9 @@ def _row_report(expected, actual, path, row, columns, picture, describe_row) -> 
         a_row = "".join("x" if j in columns else c for j, c in enumerate(a_row))
     lines.append(f"  expected  {e_row if e_row is not None else '(no picture)'}")
     lines.append(f"  actual    {a_row if a_row is not None else '(no picture)'}")
-    lines.append("  (. pad, p prompt, r response, x mismatch)")
+    pictured = e_row is not None and set(e_row) - {"#"}
+    lines.append("  (. pad, p prompt, r response, x mismatch)" if pictured
+                 else "  (# a column, x mismatch)")
     return lines
 
 

@@ -135,6 +135,19 @@ class Adapter:
     known: tuple[KnownDivergence, ...] = ()
     not_provided: tuple[str, ...] = ()  # contract outputs it does not produce (not compared)
     skip: Mapping[str, str] = field(default_factory=dict)  # check name -> why it does not apply
+    versions: str = ""  # the distribution's versions it fits (a PEP 440 specifier; "" = any)
+
+    def fits(self, version: str) -> bool:
+        """Whether this adapter is for `version` of its distribution (any, without `versions`)."""
+        if not self.versions:
+            return True
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            return Version(version) in SpecifierSet(self.versions)
+        except InvalidVersion:
+            return False
 
     def load(self) -> Callable[..., Any]:
         """Import the third-party function (raises `FrameworkMissing` with an install hint)."""
@@ -226,16 +239,84 @@ def register_adapter(adapter: Adapter) -> Adapter:
     return adapter
 
 
+ENTRY_POINTS = "batchproof.adapters"
+"""The entry-point group through which an installed package contributes adapters: each entry
+point names a module (imported: it calls `register_adapter`) or an object that is an `Adapter`
+or an iterable of them."""
+
+_LOADED_ENTRY_POINTS: set[str] = set()
+LOAD_PROBLEMS: list[str] = []  # entry points that failed to load, one line each
+
+
 def all_adapters() -> list[Adapter]:
+    """Every adapter: batchproof's own, and those of installed packages' entry points."""
     for module in FRAMEWORK_MODULES:
         importlib.import_module(f"{__name__}.{module}")
+    _load_entry_points()
     return list(_ADAPTERS.values())
+
+
+def _load_entry_points() -> None:
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        key = f"{entry.name}={entry.value}"
+        if key in _LOADED_ENTRY_POINTS:
+            continue
+        _LOADED_ENTRY_POINTS.add(key)
+        try:
+            register_objects(entry.load())
+        except Exception as err:  # noqa: BLE001 - one broken plug-in must not stop the others
+            LOAD_PROBLEMS.append(f"adapter entry point {entry.name} ({entry.value}) failed to "
+                                 f"load: {type(err).__name__}: {err}")
+
+
+def register_objects(loaded: Any) -> None:
+    """Register what an entry point or adapter file gave: an `Adapter`, an iterable of them, or
+    a module (which registered its adapters when imported)."""
+    if isinstance(loaded, Adapter):
+        loaded = [loaded]
+    if isinstance(loaded, (list, tuple)):
+        for adapter in loaded:
+            if adapter.name not in _ADAPTERS or _ADAPTERS[adapter.name] is not adapter:
+                register_adapter(adapter)
+
+
+def load_adapter_file(path: str) -> list[Adapter]:
+    """Import a Python file that defines adapters (`register_adapter(...)` calls, or a module
+    attribute `ADAPTERS`); the adapters it registered. Its folder is importable while it loads,
+    so it can import a module beside it."""
+    import importlib.util
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--adapter-file {path}: no such file")
+    before = set(_ADAPTERS)
+    name = f"batchproof_adapter_file_{abs(hash(str(file.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise FrameworkMissing(f"--adapter-file {path} failed: {type(err).__name__}: "
+                               f"{err}") from err
+    finally:
+        sys.path.remove(str(file.resolve().parent))
+    register_objects(getattr(module, "ADAPTERS", None))
+    added = [a for n, a in _ADAPTERS.items() if n not in before]
+    if not added:
+        raise ValueError(f"--adapter-file {path} registers no adapter (call "
+                         "batchproof.register_adapter(...) or define ADAPTERS)")
+    return added
 
 
 def get_adapter(name: str) -> Adapter:
     adapters = {a.name: a for a in all_adapters()}
     if name not in adapters:
-        raise ValueError(f"unknown adapter {name!r}; known: {sorted(adapters)}")
+        from batchproof.registry import did_you_mean
+
+        raise ValueError(f"unknown adapter {name!r}{did_you_mean(name, adapters)} "
+                         "(`batchproof list adapters`)")
     return adapters[name]
 
 

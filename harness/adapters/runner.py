@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import torch
 from hypothesis import HealthCheck, settings
 from hypothesis.errors import Unsatisfiable
 from rich.console import Console
@@ -43,6 +44,7 @@ from batchproof.adapters import (
     frameworks,
     get_adapter,
     identity_adapter,
+    load_adapter_file,
 )
 from batchproof.checks import (
     CheckStats,
@@ -425,8 +427,14 @@ _SIGNATURE = re.compile(
 # --------------------------------------------------------------------------- selection and CLI
 
 
-def select_adapters(impl: str, ops: list[str] | None, adapter: str | None) -> list[Adapter]:
-    """The adapters `harness check --impl IMPL [--op ...] [--adapter A]` names."""
+def select_adapters(impl: str | None, ops: list[str] | None, adapter: str | None
+                    ) -> list[Adapter]:
+    """The adapters `batchproof check [--impl IMPL] [--op ...] [--adapter A]` names: for a
+    framework, those that fit its installed version."""
+    if impl is None:  # --adapter alone: that adapter, on the function it names
+        if not adapter:
+            raise ValueError("give --impl (a framework or module:function) or --adapter")
+        return [get_adapter(adapter)]
     if ":" in impl:
         if adapter:
             return [get_adapter(adapter).retarget(impl)]
@@ -446,7 +454,21 @@ def select_adapters(impl: str, ops: list[str] | None, adapter: str | None) -> li
     if not chosen:
         names = [a.name for a in all_adapters() if a.framework == impl]
         raise ValueError(f"no {impl} adapter for --op {ops} --adapter {adapter}; known: {names}")
-    return chosen
+    return fitting(chosen)
+
+
+def fitting(adapters: list[Adapter]) -> list[Adapter]:
+    """Those of a framework's adapters made for its installed version (all, when it is not
+    installed: loading then says so)."""
+    installed = adapters[0].version()
+    if installed in ("-", "not installed"):
+        return adapters
+    fit = [a for a in adapters if a.fits(installed)]
+    if not fit:
+        made = ", ".join(f"{a.name} ({a.versions or 'any'})" for a in adapters)
+        raise ValueError(f"no adapter fits {adapters[0].distribution} {installed}; "
+                         f"adapters: {made}")
+    return fit
 
 
 def main(args) -> int:
@@ -456,10 +478,16 @@ def main(args) -> int:
 
     profile = profiles.load(args.profile)
     try:
-        adapters = [scoped(a, forms=args.forms, not_provided=args.not_provided, skip=args.skip)
+        for path in args.adapter_file:
+            load_adapter_file(path)
+        adapters = [scoped(a, forms=args.forms, not_provided=args.not_provided, skip=args.skip,
+                           layout=args.layout, output_names=args.output_name)
                     for a in select_adapters(args.impl, args.op, args.adapter)]
     except ValueError as err:
         raise UsageError(str(err)) from None
+    except FrameworkMissing as err:
+        print(f"batchproof: error: {err}", file=sys.stderr)
+        return HARNESS
     for chosen in adapters:
         unknown = set(args.check or ()) - set(registry.get(chosen.record).check_names())
         if unknown:
@@ -478,10 +506,12 @@ def main(args) -> int:
                                          report_multiple_bugs=False, seed=args.seed,
                                          reproduce=reproduce,
                                          base_settings=run_settings(args.max_examples)))
-        adapter_name = args.adapter or (None if ":" in args.impl else chosen.name)
+        custom = args.impl is not None and ":" in args.impl
         print_report(reports[-1], profile, replay=replayer(
-            args.impl, chosen.record, adapter=adapter_name, profile=args.profile,
-            forms=args.forms, not_provided=args.not_provided, skip=args.skip))
+            args.impl, chosen.record, adapter=args.adapter or (None if custom else chosen.name),
+            profile=args.profile, forms=args.forms, not_provided=args.not_provided,
+            skip=args.skip, layout=args.layout, output_names=args.output_name,
+            adapter_files=args.adapter_file))
     code = exit_code(reports)
     if args.json:
         with open(args.json, "w") as handle:
@@ -502,10 +532,13 @@ def main(args) -> int:
     return code
 
 
-def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=()) -> Adapter:
-    """The adapter narrowed to a function that takes only `forms`, does not produce the
-    `not_provided` outputs, and is not to be run through the `skip` checks (or {check: why});
-    skipping `errors` skips every bad-input check: the bad-input pins too."""
+def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=(), layout=None,
+           output_names=()) -> Adapter:
+    """The adapter narrowed to a function that takes only `forms` (and only the `layout` given,
+    for a record with a `layout` argument), does not produce the `not_provided` outputs, names
+    its outputs as `output_names` says ("theirs=contract"), and is not to be run through the
+    `skip` checks (or {check: why}); skipping `errors` skips every bad-input check: the
+    bad-input pins too."""
     info = registry.get(adapter.record)
     if forms:
         unknown = [f for f in forms if f not in info.forms]
@@ -516,8 +549,10 @@ def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=()) -> Adapter
     if unknown:
         raise ValueError(f"{info.name} has no check {unknown[0]!r} (see `batchproof list "
                          "checks`)")
-    outputs = output_keys(info)
-    unknown = [k for k in not_provided or () if outputs and k not in outputs]
+    renames = _renames(output_names)
+    named = [*(not_provided or ()), *renames.values()]
+    outputs = output_keys(info) if named else set()
+    unknown = [k for k in named if outputs and k not in outputs]
     if unknown:
         raise ValueError(f"{info.name} has no output {unknown[0]!r}; its outputs: "
                          f"{', '.join(sorted(outputs))}")
@@ -525,10 +560,80 @@ def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=()) -> Adapter
     if "errors" in why:  # the bad-input checks: the errors search and every bad-input pin
         why |= {f"pin:{pin.name}": f"a bad-input pin ({why['errors']})" for pin in info.pins
                 if isinstance(pin.case, BadCase) and f"pin:{pin.name}" not in why}
+    changes: dict[str, Any] = {}
+    if forms:
+        changes["forms"] = tuple(forms)
+    if layout is not None:
+        changes["supports"] = _with_layout(info, adapter.supports, layout)
+    if renames:
+        changes["wrap"] = _renamed(adapter.wrap, renames)
     return dataclasses.replace(
         adapter, skip={**adapter.skip, **why},
         not_provided=tuple(dict.fromkeys([*adapter.not_provided, *(not_provided or ())])),
-        **({"forms": tuple(forms)} if forms else {}))
+        **changes)
+
+
+def _with_layout(info: OpInfo, supports, layout: str):
+    """`supports`, restricted to calls in `layout` (the contract's default when not passed)."""
+    import inspect
+
+    parameter = inspect.signature(info.reference).parameters.get("layout")
+    if parameter is None:
+        raise ValueError(f"{info.name} has no layout argument (--layout)")
+    default = parameter.default
+
+    def in_layout(case: Case) -> bool:
+        return case.kwargs.get("layout", default) == layout and supports(case)
+
+    return in_layout
+
+
+def _renames(output_names) -> dict[str, str]:
+    """["theirs=contract", ...] -> {"theirs": "contract"}."""
+    renames = {}
+    for pair in output_names or ():
+        theirs, sep, contract = pair.partition("=")
+        if not sep or not theirs or not contract:
+            raise ValueError(f"--output-name {pair!r}: expected THEIRS=CONTRACT")
+        renames[theirs] = contract
+    return renames
+
+
+def _renamed(wrap, renames: dict[str, str]):
+    """The adapter's wrap, with the target's outputs renamed to the contract's keys; a dict of
+    outputs becomes a TensorDict (batch size: the first tensor's first dimension; Python scalars
+    become non-tensor entries)."""
+
+    def renaming_wrap(function):
+        candidate = wrap(function)
+
+        def named(*args, **kwargs):
+            out = candidate(*args, **kwargs)
+            if isinstance(out, Mapping) and not isinstance(out, TensorDictBase):
+                return as_tensordict({renames.get(k, k): v for k, v in out.items()})
+            if isinstance(out, TensorDictBase):
+                for theirs, contract in renames.items():
+                    if theirs in out.keys():
+                        out.rename_key_(theirs, contract)
+            return out
+
+        return named
+
+    return renaming_wrap
+
+
+def as_tensordict(values: Mapping[str, Any]):
+    """A dict of outputs as the contract's TensorDict: tensors as entries (batch size from the
+    first one), everything else as non-tensor entries."""
+    from tensordict import TensorDict
+
+    tensors = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
+    batch = [next(iter(tensors.values())).shape[0]] if tensors else []
+    td = TensorDict(tensors, batch_size=batch)
+    for key, value in values.items():
+        if key not in tensors:
+            td.set_non_tensor(key, value)
+    return td
 
 
 def output_keys(info: OpInfo, draws: int = 40) -> set[str]:
@@ -565,13 +670,18 @@ def exit_code(reports: list[AdapterReport]) -> int:
     return 1 if any(r.new or r.unexplained for r in reports) else 0
 
 
-def replayer(impl: str, record: str, *, adapter: str | None = None, profile: str | None = None,
-             forms=None, not_provided=(), skip=()):
+def replayer(impl: str | None, record: str, *, adapter: str | None = None,
+             profile: str | None = None, forms=None, not_provided=(), skip=(), layout=None,
+             output_names=(), adapter_files=()):
     """outcome -> the `batchproof check` command line that replays its failure alone."""
-    words = ["batchproof", "check", "--impl", impl]
+    words = ["batchproof", "check"]
+    for path in adapter_files or ():
+        words += ["--adapter-file", path]
+    words += ["--impl", impl] if impl else []
     words += ["--adapter", adapter] if adapter else ["--op", record]
     for flag, values in (("--forms", forms or ()), ("--not-provided", not_provided or ()),
-                         ("--skip", skip or ())):
+                         ("--skip", skip or ()), ("--output-name", output_names or ()),
+                         ("--layout", [layout] if layout else ())):
         for value in values:
             words += [flag, value]
     if profile:

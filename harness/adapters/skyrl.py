@@ -218,6 +218,7 @@ RL_BATCH = register_adapter(Adapter(
     target="skyrl.train.dataset.preprocess:convert_prompts_responses_to_batch_tensors",
     wrap=rl_batch_adapter,
     distribution="skyrl",
+    versions="~=0.3.0",  # 0.4.0 changed the signature (pad_token_id first, 8 outputs)
     doc="SkyRL's unified left-pad batch builder against build_rl_batch(layout='left')",
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),

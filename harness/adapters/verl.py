@@ -128,6 +128,7 @@ KARMARKAR_KARP = register_adapter(Adapter(
     target=f"{SEQLEN}:karmarkar_karp",
     wrap=partitions_adapter,
     distribution="verl",
+    versions="~=0.9.1",
     doc="largest differencing method with verl's tie-breaking, which the spec mirrors",
     forms=("lists", "tensor"),
     known=PARTITION_KNOWN,
@@ -140,6 +141,7 @@ BALANCED_PARTITIONS = register_adapter(Adapter(
     target=f"{SEQLEN}:get_seqlen_balanced_partitions",
     wrap=partitions_adapter,
     distribution="verl",
+    versions="~=0.9.1",
     doc="karmarkar_karp with sorted, non-empty partitions",
     forms=("lists", "tensor"),
     known=BALANCED_KNOWN,
@@ -209,6 +211,7 @@ MICRO_BATCHES = register_adapter(Adapter(
     target=f"{SEQLEN}:rearrange_micro_batches",
     wrap=micro_batches_adapter,
     distribution="verl",
+    versions="~=0.9.1",
     doc="dynamic-batch-size micro-batches against the contract's budget, cover, group and count "
         "properties",
     forms=("lists", "tensor"),
@@ -246,6 +249,7 @@ POSITION_IDS = register_adapter(Adapter(
     target="verl.utils.model:compute_position_id_with_mask",
     wrap=position_ids_adapter,
     distribution="verl",
+    versions="~=0.9.1",
     doc="verl's position ids (clip(cumsum(mask) - 1, 0)) against the contract's, both layouts",
     forms=None,
     skip={"errors": "only position_ids come from verl; validation is the reference's"},
@@ -418,6 +422,7 @@ LEFT_RIGHT_2_NO_PADDING = register_adapter(Adapter(
     target=f"{PADDING}:left_right_2_no_padding",
     wrap=no_padding_adapter,
     distribution="verl",
+    versions="~=0.9.1",
     doc="verl's nested input_ids / position_ids / routed_experts (by attention_mask) against the "
         "contract's; every other key is the reference's. verl's int32 cu_seqlens offsets are "
         "re-wrapped on int64 (values and row lengths are verl's)",
@@ -573,6 +578,7 @@ NO_PADDING_2_PADDING = register_adapter(Adapter(
     target=f"{PADDING}:no_padding_2_padding",
     wrap=padding_adapter,
     distribution="verl",
+    versions="~=0.9.1",
     doc="model output over the real tokens -> (B, R, ...) response tensor, dense and nested "
         "batches, flat and jagged outputs",
     forms=None,
