@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import batchproof
 from batchproof import adapters
 from batchproof.adapters import Adapter, KnownDivergence
-from batchproof.adapters.runner import check_adapter, exit_code, select_adapters
+from batchproof.adapters.runner import check_adapter, exit_code, fitting, select_adapters
 from batchproof.ops.rl_batch import rl_batch_cases
 from batchproof.reference.balance import karmarkar_karp
 from batchproof.registry import BadCase
@@ -294,3 +294,86 @@ def test_verl_without_truncation_divergence_fails_shrunk(verl_padding) -> None:
     (errors,) = report.new
     assert "accepted bad input (a response longer than R)" in errors.detail, errors.detail
     assert "more than R = 0" in errors.detail, errors.detail  # shrunk: R = 0, one response token
+
+
+# --------------------------------------------------------------------------- adapters from outside
+
+
+def _isolated_registry(monkeypatch) -> None:
+    """Adapters registered by a test vanish with it."""
+    monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))
+    monkeypatch.setattr(adapters, "_LOADED_ENTRY_POINTS", set(adapters._LOADED_ENTRY_POINTS))
+    monkeypatch.setattr(adapters, "LOAD_PROBLEMS", [])
+
+
+PLUGIN = '''
+import batchproof
+from batchproof.reference.balance import karmarkar_karp
+
+ADAPTERS = [batchproof.Adapter(
+    name="plugged.karmarkar_karp", framework="plugged", record="balance.karmarkar_karp",
+    target="batchproof.reference.balance:karmarkar_karp", wrap=lambda fn: fn)]
+'''
+
+
+def test_an_installed_package_contributes_adapters_by_entry_point(tmp_path, monkeypatch) -> None:
+    _isolated_registry(monkeypatch)
+    (tmp_path / "plugged_adapters.py").write_text(PLUGIN)
+    info = tmp_path / "plugged-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plugged\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[batchproof.adapters]\nplugged = plugged_adapters:ADAPTERS\nbroken = no_such_mod\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = [a.name for a in adapters.all_adapters()]
+    assert "plugged.karmarkar_karp" in names and "skyrl.rl_batch" in names
+    assert any("broken" in problem for problem in adapters.LOAD_PROBLEMS)
+    (chosen,) = select_adapters("plugged", None, None)
+    assert not check_adapter(chosen, max_examples=5, checks=["equivalence"]).new
+
+
+def test_an_adapter_file_registers_adapters(tmp_path, monkeypatch) -> None:
+    _isolated_registry(monkeypatch)
+    (tmp_path / "theirs.py").write_text(PLUGIN)
+    (added,) = adapters.load_adapter_file(str(tmp_path / "theirs.py"))
+    assert added.name == "plugged.karmarkar_karp"
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="registers no adapter"):
+        adapters.load_adapter_file(str(tmp_path / "empty.py"))
+    with pytest.raises(ValueError, match="no such file"):
+        adapters.load_adapter_file(str(tmp_path / "missing.py"))
+
+
+def test_a_framework_version_picks_its_adapters(monkeypatch) -> None:
+    """`--impl FRAMEWORK` runs the adapters made for the installed version only."""
+    import hypothesis
+
+    installed = hypothesis.__version__
+    make = lambda name, versions: dataclasses.replace(  # noqa: E731
+        STAND_IN, name=name, distribution="hypothesis", versions=versions)
+    old, new = make("old", "<1"), make("new", f"=={installed}")
+    assert [a.name for a in fitting([old, new])] == ["new"] and new.fits(installed)
+    with pytest.raises(ValueError, match=f"no adapter fits hypothesis {installed}"):
+        fitting([old])
+    assert fitting([dataclasses.replace(old, distribution="no-such-dist")])  # not installed
+
+
+def test_layout_and_output_names_scope_a_function() -> None:
+    from batchproof.reference.rl_batch import build_rl_batch
+
+    def left_only_dict(prompts, responses, *, layout="left", **kwargs):
+        if layout != "left":
+            raise NotImplementedError(layout)
+        batch = build_rl_batch(prompts, responses, layout=layout, **kwargs)
+        out = {("sequences" if k == "input_ids" else k): batch.get(k) for k in batch.keys()
+               if not batch.is_non_tensor(k)}
+        return out | {k: batch.get_non_tensor(k) for k in batch.keys() if batch.is_non_tensor(k)}
+
+    report = batchproof.check(left_only_dict, "rl_batch.build_rl_batch", layout="left",
+                              output_names={"sequences": "input_ids"}, forms=["lists"],
+                              checks=["equivalence", "property:alignment"], max_examples=15)
+    assert {o.status for o in report.outcomes} == {"pass"}
+    with pytest.raises(batchproof.CheckFailed):
+        batchproof.check(left_only_dict, "rl_batch.build_rl_batch", forms=["lists"],
+                         output_names={"sequences": "input_ids"}, checks=["equivalence"],
+                         max_examples=15)

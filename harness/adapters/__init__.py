@@ -37,7 +37,9 @@ from hypothesis import strategies as st
 
 from batchproof.registry import BadCase, Candidate, Case
 
-FRAMEWORK_MODULES = ("skyrl", "verl")
+# batchproof's own adapter modules, one per framework (each imports its framework only when an
+# adapter is loaded); a module that is not there is skipped
+FRAMEWORK_MODULES = ("skyrl", "skyrl_sft", "verl", "huggingface", "trl", "openrlhf")
 
 
 def _always(case: Case) -> bool:
@@ -251,7 +253,8 @@ LOAD_PROBLEMS: list[str] = []  # entry points that failed to load, one line each
 def all_adapters() -> list[Adapter]:
     """Every adapter: batchproof's own, and those of installed packages' entry points."""
     for module in FRAMEWORK_MODULES:
-        importlib.import_module(f"{__name__}.{module}")
+        if importlib.util.find_spec(f"{__name__}.{module}") is not None:
+            importlib.import_module(f"{__name__}.{module}")
     _load_entry_points()
     return list(_ADAPTERS.values())
 
