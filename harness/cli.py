@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -468,6 +469,10 @@ def _list_profiles() -> None:
 
 
 def mutate(args: argparse.Namespace) -> int:
+    if args.impl:
+        return mutate_target(args)
+    if not (args.zoo or args.mutmut):
+        raise UsageError("give --zoo, --mutmut, or --impl MODULE:FUNCTION with --op RECORD")
     if args.mutmut:
         from batchproof import mutmut_driver
 
@@ -519,6 +524,39 @@ def mutate(args: argparse.Namespace) -> int:
     if args.markdown:
         _write_matrix_markdown(args.markdown, results, entries_by_name, args.profile)
     return OK if bad == 0 else DIVERGENCE
+
+
+def mutate_target(args: argparse.Namespace) -> int:
+    """`batchproof mutate --impl module:function --op RECORD [scope options]`."""
+    from batchproof import mutate_target as target
+    from batchproof.adapters import FrameworkMissing, load_adapter_file
+    from batchproof.adapters.runner import scoped
+
+    if args.zoo or args.mutmut:
+        raise UsageError("--impl runs mutmut over your module: not with --zoo or --mutmut")
+    if ":" not in args.impl or not args.op or len(args.op) != 1:
+        raise UsageError("--impl needs MODULE:FUNCTION and --op naming one record")
+    if importlib.util.find_spec("mutmut") is None:
+        raise TargetError("mutate --impl needs mutmut (pip install 'batchproof[mutation]')")
+    from batchproof import registry
+
+    try:
+        info = registry.get(args.op[0])
+        for path in args.adapter_file:
+            load_adapter_file(path)
+        from batchproof.adapters import get_adapter, identity_adapter
+
+        base = get_adapter(args.adapter) if args.adapter else identity_adapter(info.name, "-")
+        scoped(base, forms=args.forms, not_provided=args.not_provided, skip=args.skip,
+               layout=args.layout, output_names=args.output_name)  # validates the options
+        scope = target.Scope(info.name, args.adapter, list(args.adapter_file), args.forms,
+                             args.layout, list(args.skip), list(args.not_provided),
+                             list(args.output_name), args.check, args.max_examples)
+        return target.main(args.impl, scope)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    except (ImportError, FrameworkMissing) as err:
+        raise TargetError(f"--impl {args.impl}: {err}") from None
 
 
 def _write_matrix_markdown(path, results, entries_by_name, profile) -> None:
@@ -648,11 +686,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="ops, records, checks, adapters, profiles")
     p.add_argument("what", nargs="?", choices=LISTS)
 
-    p = sub.add_parser("mutate", help="mutation testing: bug zoo or mutmut")
-    mode = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser("mutate", help="mutation testing: bug zoo, mutmut over impl/, or mutmut "
+                                      "over your function's module (--impl)")
+    mode = p.add_mutually_exclusive_group()
     mode.add_argument("--zoo", action="store_true", help="run the bug zoo's kill matrix")
     mode.add_argument("--mutmut", action="store_true",
                       help="run mutmut 3 over impl/ (in a clone of the repository)")
+    p.add_argument("--impl", metavar="MODULE:FUNCTION",
+                   help="run mutmut over the module holding your function, with batchproof's "
+                        "checks of --op RECORD as the tests; lists the surviving mutants")
+    p.add_argument("--adapter", help="--impl: an adapter mapping your function")
+    p.add_argument("--adapter-file", action="append", default=[], metavar="PATH.py")
+    p.add_argument("--forms", action="append", metavar="FORM")
+    p.add_argument("--layout")
+    p.add_argument("--skip", action="append", default=[], metavar="CHECK")
+    p.add_argument("--not-provided", action="append", default=[], metavar="KEY")
+    p.add_argument("--output-name", action="append", default=[], metavar="THEIRS=CONTRACT")
+    p.add_argument("--check", action="append", metavar="NAME",
+                   help="--impl: the checks that kill mutants (default: all)")
+    p.add_argument("--max-examples", type=int, default=20, metavar="N",
+                   help="--impl: examples per check for each mutant (default 20)")
     p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
     p.add_argument("--profile", default="mutation")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")

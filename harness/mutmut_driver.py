@@ -298,13 +298,15 @@ def _mutmut(args: Sequence[str], workdir: Path, capture: bool = False):
 # --------------------------------------------------------------------------- results
 
 
-def read_results(workdir: Path, paths: Sequence[str], patterns: Sequence[str]) -> list[Mutant]:
-    """Mutants of `paths` (filtered by `patterns`) from mutmut's meta files."""
+def read_results(workdir: Path, paths: Sequence[str], patterns: Sequence[str],
+                 located=installed_path) -> list[Mutant]:
+    """Mutants of `paths` (filtered by `patterns`) from mutmut's meta files; `located` maps a
+    reported path to its place in the work directory."""
     import fnmatch
 
     out = []
     for path in paths:
-        meta = workdir / "mutants" / f"{installed_path(path)}.meta"
+        meta = workdir / "mutants" / f"{located(path)}.meta"
         if not meta.exists():
             continue
         codes = json.loads(meta.read_text())["exit_code_by_key"]

@@ -210,3 +210,55 @@ def test_markdown_lists_the_score_and_every_equivalent_with_its_reason() -> None
     assert "| `impl/op.py` | 5 | 2 | 1 | 1 | 1 | 50.0% of 4 |" in text
     assert "| **all** | **5** | **2** | **1** | **1** | **1** | **50.0% of 4** |" in text
     assert "| `impl/op.py:f` #3 | `x = a \\| b` → `x = a ^ b` | same behaviour |" in text
+
+
+# --------------------------------------------------------------------------- mutate --impl
+
+THEIRS = textwrap.dedent('''\
+    import math
+
+
+    def required_multiple(dp_size, *, mini_batch_size=None, critic_mini_batch_size=None, n=1,
+                          actor_updates=True):
+        multiple = dp_size
+        if mini_batch_size is not None and actor_updates:
+            multiple = math.lcm(multiple, mini_batch_size * n)
+        if critic_mini_batch_size is not None:
+            multiple = math.lcm(multiple, critic_mini_batch_size * n)
+        return multiple
+
+
+    def helper_nobody_calls(x):
+        return x + 1
+    ''')
+
+
+def test_mutate_a_users_function_with_the_contracts_checks(tmp_path, monkeypatch, capsys) -> None:
+    """`batchproof mutate --impl`: mutmut over the user's module, `batchproof.check` as the test.
+    The contract's checks kill every mutant of this function; the `divisible` property alone
+    lets some survive (a multiple of the right one is still divisible), and says which."""
+    from batchproof.cli import main
+
+    pytest.importorskip("mutmut")
+    (tmp_path / "theirs_multiple.py").write_text(THEIRS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    base = ["mutate", "--impl", "theirs_multiple:required_multiple", "--op",
+            "trainer.required_multiple", "--skip", "errors", "--max-examples", "15"]
+    assert main(base) == 0
+    out = capsys.readouterr().out
+    assert "kill rate 100.0%" in out and "not reached by the checks" in out
+    assert "helper_nobody_calls" in out
+    assert main([*base, "--check", "property:divisible"]) == 1
+    assert "SURVIVED: theirs_multiple.x_required_multiple__mutmut_" in capsys.readouterr().out
+
+
+def test_the_contract_test_mutmut_runs_is_the_scoped_check() -> None:
+    from batchproof.mutate_target import Scope, test_source
+
+    source = test_source("mypkg.collate", "build", Scope(
+        "rl_batch.build_rl_batch", forms=["lists"], skip=["errors"],
+        output_names=["sequences=input_ids"], adapter_files=["my_adapter.py"]))
+    compile(source, "test_batchproof_contract.py", "exec")
+    assert "import my_adapter" in source and "from mypkg.collate import build" in source
+    assert "output_names={'sequences': 'input_ids'}" in source and "forms=['lists']" in source

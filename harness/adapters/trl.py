@@ -1,0 +1,448 @@
+"""TRL adapters (PyPI distribution `trl`, checked with 1.16.0; see docs/frameworks-trl.md).
+
+    varlen.pack_varlen        trl.trainer.sft_trainer.DataCollatorForLanguageModeling(
+      (trl.padding_free)        pad_token_id=, padding_free=True, pad_to_multiple_of=) on one
+                                example per sample, as SFTTrainer builds them with
+                                `completion_only_loss`: input_ids = prompt + completion,
+                                labels = [-100] * len(prompt) + completion
+    varlen.pack_varlen        the same collator on examples packed the way
+      (trl.padding_free_packed) `trl.data_utils.pack_dataset(strategy="bfd")` hands them over:
+                                several samples per example with their `seq_lengths`
+                                (empty samples dropped, as `_pack_bfd` drops them); two
+                                consecutive non-empty samples per example, so that positions
+                                restart inside an example and across examples
+    rl_batch.build_rl_batch   trl.trainer.utils.pad composed as GRPOTrainer
+      (trl.grpo_pad)            (`_generate_and_score_completions`) composes it: prompts padded on
+                                the left, completions on the right, concatenated; layout
+                                "two_segment" only
+
+Outputs of the collator against `pack_varlen`'s keys:
+
+    input_ids, position_ids     input_ids, position_ids
+    cu_seqlens, max_seqlen      cu_seq_lens_q (== cu_seq_lens_k), max_length_q
+    target_index                the positions where `labels != -100` (TRL's loss targets)
+    predict_index               target_index - 1: transformers' causal-LM loss shifts the labels
+                                by one over the whole packed row, so label t is scored by logit t-1
+    sample_index                seq_idx at the targets (TRL's segment of each token), segment k
+                                read as the k-th non-empty sample
+    prompt_lengths, ...         not produced (the contract's values are filled in)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
+from batchproof.ops.varlen import bad_pack_cases
+from batchproof.reference._checks import check_pad_token_id
+from batchproof.registry import Case
+
+SFT_UPSTREAM = "trl/trainer/sft_trainer.py, DataCollatorForLanguageModeling.torch_call (trl 1.16.0)"
+PACKED_UPSTREAM = ("trl/trainer/sft_trainer.py, DataCollatorForLanguageModeling."
+                   "get_position_ids_from_packed_seq_lengths (trl 1.16.0)")
+PAD_UPSTREAM = "trl/trainer/utils.py, pad (trl 1.16.0)"
+GRPO_UPSTREAM = ("trl/trainer/grpo_trainer.py, GRPOTrainer._generate_and_score_completions, "
+                 "and trl/trainer/utils.py, pad (trl 1.16.0)")
+IGNORE = -100  # transformers' ignore index, which TRL writes into `labels`
+
+
+# --------------------------------------------------------------------------- padding-free collator
+
+
+def _example(prompt, response) -> dict[str, list]:
+    """One tokenized SFT example as SFTTrainer prepares it with `completion_only_loss` (its
+    `build_labels`: the completion mask turned into -100 labels)."""
+    prompt, response = list(prompt), list(response)
+    return {"input_ids": prompt + response, "labels": [IGNORE] * len(prompt) + response}
+
+
+def _packed_examples(prompts, responses, per_example: int = 2) -> list[dict[str, list]]:
+    """Samples as `pack_dataset(strategy="bfd")` hands them to the collator: empty samples
+    dropped (`_pack_bfd` filters them), several samples per example with their `seq_lengths`;
+    here `per_example` consecutive samples, so the order of the samples is kept."""
+    singles = [_example(p, r) for p, r in zip(prompts, responses) if len(p) + len(r) > 0]
+    examples = []
+    for start in range(0, len(singles), per_example):
+        group = singles[start:start + per_example]
+        examples.append({"input_ids": [t for ex in group for t in ex["input_ids"]],
+                         "labels": [t for ex in group for t in ex["labels"]],
+                         "seq_lengths": [len(ex["input_ids"]) for ex in group]})
+    return examples
+
+
+def padding_free_adapter(collator_class: Callable[..., Any], *, packed: bool = False
+                         ) -> Callable[..., TensorDict]:
+    """TRL's padding-free collator behind the `pack_varlen` signature."""
+
+    def pack_varlen(prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
+                    ) -> TensorDict:
+        if device is not None:
+            raise NotImplementedError("the collator builds CPU tensors; no device argument")
+        collator = collator_class(pad_token_id=pad_token_id, padding_free=True,
+                                  pad_to_multiple_of=pad_to_multiple)
+        examples = (_packed_examples(prompts, responses) if packed
+                    else [_example(p, r) for p, r in zip(prompts, responses)])
+        out = collator(examples)
+        labels = out["labels"][0]
+        target = (labels != IGNORE).nonzero().flatten()
+        # TRL's k-th segment (seq_idx == k) is the k-th sample that occupies tokens
+        samples = [k for k, (p, r) in enumerate(zip(prompts, responses)) if len(p) + len(r) > 0]
+        segments = out["seq_idx"][0].long()[target]
+        owners = torch.tensor(samples + [-1] * (int(segments.max()) + 1 if segments.numel()
+                                                else 0), dtype=torch.int64)
+        td = TensorDict({
+            "input_ids": out["input_ids"],
+            "position_ids": out["position_ids"],
+            "cu_seqlens": out["cu_seq_lens_q"],
+            "predict_index": target - 1,
+            "target_index": target,
+            "sample_index": owners[segments],
+        }, batch_size=[])
+        td.set_non_tensor("max_seqlen", out["max_length_q"])
+        return td
+
+    return pack_varlen
+
+
+def packed_adapter(collator_class: Callable[..., Any]) -> Callable[..., TensorDict]:
+    return padding_free_adapter(collator_class, packed=True)
+
+
+# --------------------------------------------------------------------------- input conditions
+
+
+def _rows(case: Case) -> tuple[Any, Any]:
+    return case.args[-2], case.args[-1]
+
+
+def _is_int_row(row: Any) -> bool:
+    return isinstance(row, list)
+
+
+def pack_domain(case: Case) -> bool:
+    """What the collator's input can express: one token list per sample (a dataset row), as
+    many prompts as responses, no device. Other defects of the contract (counts that differ,
+    tensor or str rows) concern the split into two arguments, which TRL's examples do not have."""
+    prompts, responses = _rows(case)
+    return (isinstance(prompts, list) and isinstance(responses, list)
+            and len(prompts) == len(responses)
+            and all(_is_int_row(r) for r in prompts + responses)
+            and case.kwargs.get("device") is None)
+
+
+def _pad_length(case: Case) -> int:
+    """Tail-pad length of the packed row (0 unless pad_to_multiple is an int >= 1)."""
+    prompts, responses = _rows(case)
+    multiple = case.kwargs.get("pad_to_multiple", 1)
+    if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
+        return 0
+    total = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    return -total % multiple
+
+
+def _all_int_tokens(case: Case) -> bool:
+    prompts, responses = _rows(case)
+    return all(isinstance(v, int) and not isinstance(v, bool)
+               for row in prompts + responses for v in row)
+
+
+def tail_pad_split(case: Case) -> bool:
+    """A tail pad of two or more tokens (one pad token is one segment in both)."""
+    return _pad_length(case) >= 2
+
+
+def has_empty_sample(case: Case) -> bool:
+    """A sample with no token (p + r == 0)."""
+    prompts, responses = _rows(case)
+    return any(len(p) + len(r) == 0 for p, r in zip(prompts, responses))
+
+
+def packed_has_empty_row(case: Case) -> bool:
+    """No token at all (every sample empty): nothing to pack, N = 0 for the contract."""
+    prompts, responses = _rows(case)
+    return len(prompts) > 0 and all(len(p) + len(r) == 0 for p, r in zip(prompts, responses))
+
+
+def bad_pad_token_id(case: Case) -> bool:
+    """A pad_token_id the contract rejects, except a str or None where a pad cell is written
+    (`torch.full` raises TypeError there: the contract's type)."""
+    value = case.kwargs.get("pad_token_id", 0)
+    try:
+        check_pad_token_id(value)
+    except (TypeError, ValueError):
+        return not (_pad_length(case) > 0 and (value is None or isinstance(value, str)))
+    return False
+
+
+def _total(case: Case) -> int:
+    prompts, responses = _rows(case)
+    return sum(len(p) + len(r) for p, r in zip(prompts, responses))
+
+
+def bad_multiple(case: Case) -> bool:
+    """pad_to_multiple not an int >= 1 that `pad` does not reject with TypeError: a bool, an
+    int < 1, a float the row length is already a multiple of (with any other float, and with a
+    str, `pad` raises TypeError: the contract's type)."""
+    multiple = case.kwargs.get("pad_to_multiple", 1)
+    if isinstance(multiple, bool):
+        return True
+    if isinstance(multiple, int):
+        return multiple < 1
+    if isinstance(multiple, float):
+        return multiple != 0 and _total(case) % multiple == 0
+    return False
+
+
+def empty_batch(case: Case) -> bool:
+    return len(_rows(case)[0]) == 0
+
+
+def empty_prompt_with_response(case: Case) -> bool:
+    prompts, responses = _rows(case)
+    return any(len(p) == 0 < len(r) for p, r in zip(prompts, responses))
+
+
+def non_int_token(case: Case) -> bool:
+    """A token id that is not an int, or is a bool."""
+    return not _all_int_tokens(case)
+
+
+PAD_TOKEN_KNOWN = KnownDivergence(
+    "pad_token_id_unchecked", bad_pad_token_id, kind="errors", upstream=SFT_UPSTREAM,
+    accepts=True, raises=(RuntimeError, OverflowError),
+    doc="pad_token_id is not validated: it is read only where a pad cell is written, by "
+        "`torch.full` in `pad`. Without a tail pad any value is accepted; with one a float is "
+        "truncated into the int64 ids (0.5 -> 0), a bool is written as 0/1, and an int beyond "
+        "int64 raises RuntimeError ('value cannot be converted to type int64_t without "
+        "overflow') or OverflowError (below -2**63: 'can't convert negative int to "
+        "unsigned'). (A str or None raises torch's TypeError there: the contract's type.) "
+        "The contract raises TypeError / ValueError naming pad_token_id whether or not a pad "
+        "is written.")
+
+MULTIPLE_KNOWN = KnownDivergence(
+    "pad_to_multiple_unchecked", bad_multiple, kind="errors", upstream=PAD_UPSTREAM,
+    accepts=True, raises=ZeroDivisionError,
+    doc="pad_to_multiple_of is not validated: 0 raises ZeroDivisionError (`%` in `pad`), a "
+        "negative value or True is accepted (`n % -1 == 0`, True acts as 1), a float is accepted "
+        "when the length is already a multiple (else `torch.full` raises TypeError, the "
+        "contract's type). The contract raises ValueError (< 1) / TypeError (not an int).")
+
+EMPTY_BATCH_KNOWN = KnownDivergence(
+    "empty_batch_index_error", empty_batch, kind="errors", upstream=SFT_UPSTREAM,
+    raises=IndexError,
+    doc="no example: `examples[0]` (the `seq_lengths` probe) raises IndexError; the contract "
+        "raises ValueError.")
+
+EMPTY_PROMPT_KNOWN = KnownDivergence(
+    "empty_prompt_first_token_unscored", empty_prompt_with_response, kind="errors",
+    upstream=SFT_UPSTREAM, accepts=True,
+    doc="a sample with an empty prompt and a completion is accepted: `labels[position_ids == 0] "
+        "= -100` masks its first completion token (no logit of its own segment predicts it), so "
+        "that token is silently left out of the loss instead of being scored by the previous "
+        "sample's last logit. Safe, but silent; the contract raises ValueError naming the sample "
+        "(a contract difference, not a TRL bug).")
+
+TOKEN_KNOWN = KnownDivergence(
+    "token_ids_unchecked", non_int_token, kind="errors", upstream=SFT_UPSTREAM,
+    accepts=True,
+    doc="token ids are not type-checked: `torch.tensor(ids)` takes a float id and the whole "
+        "packed row becomes float32 (labels too); a bool id is stored as 0/1 in an int64 row. "
+        "The contract raises TypeError naming the row.")
+
+PACK_KNOWN = (
+    KnownDivergence(
+        "tail_pad_one_token_segments", tail_pad_split, kind="valid", upstream=SFT_UPSTREAM,
+        fields=("cu_seqlens", "position_ids", "max_seqlen"),
+        doc="`pad_to_multiple_of` pads `position_ids` with 0, so every tail-pad token starts a "
+            "segment of its own: positions [0, 0, 0] and one cu_seqlens boundary per pad token, "
+            "and max_length_q never counts the pad (the contract: one segment 0..pad-1). The "
+            "pad's labels are -100, so the loss is unchanged; a contract difference (more, "
+            "shorter varlen segments), not a TRL bug."),
+    KnownDivergence(
+        "empty_sample_makes_ids_float", has_empty_sample, kind="valid", upstream=SFT_UPSTREAM,
+        fields=("input_ids",), raises=RuntimeError,
+        doc="`torch.tensor([])` of an empty example is float32 and `torch.cat` promotes the whole "
+            "packed row to it: input_ids (and labels) come back float32 (found by batchproof "
+            "check). When every example is empty the row has no token and "
+            "`cu_seq_lens.diff().max()` raises RuntimeError. A TRL bug; fix: "
+            "`torch.tensor(ids, dtype=torch.long)` for input_ids and labels."),
+    PAD_TOKEN_KNOWN,
+    MULTIPLE_KNOWN,
+    EMPTY_BATCH_KNOWN,
+    EMPTY_PROMPT_KNOWN,
+    TOKEN_KNOWN,
+)
+
+PACKED_KNOWN = (
+    PACK_KNOWN[0],
+    KnownDivergence(
+        "no_token_at_all", packed_has_empty_row, kind="valid", upstream=PACKED_UPSTREAM,
+        raises=IndexError,
+        doc="every sample empty: `pack_dataset` drops empty sequences, so there is no packed "
+            "example to collate and the collator's `examples[0]` raises IndexError; the contract "
+            "returns an empty row (N = 0, cu_seqlens [0]). Outside what TRL's pipeline produces "
+            "(an empty dataset has no batch)."),
+    PAD_TOKEN_KNOWN,
+    MULTIPLE_KNOWN,
+    EMPTY_BATCH_KNOWN,
+    EMPTY_PROMPT_KNOWN,
+    TOKEN_KNOWN,
+)
+
+PACK_SKIP: dict[str, str] = {}
+
+
+def _starts_from_taken(bad) -> bool:
+    """Bad inputs built on a valid input the padding-free collator takes: with an empty sample
+    the row turns float32 or (all empty) fails on its own (`empty_sample_makes_ids_float`), which
+    would hide the defect under test."""
+    return not has_empty_sample(bad.case)
+
+
+def _starts_from_packable(bad) -> bool:
+    """Bad inputs built on a valid input with at least one token (else no packed example)."""
+    return not packed_has_empty_row(bad.case)
+
+PADDING_FREE = register_adapter(Adapter(
+    name="trl.padding_free",
+    framework="trl",
+    record="varlen.pack_varlen",
+    target="trl.trainer.sft_trainer:DataCollatorForLanguageModeling",
+    wrap=padding_free_adapter,
+    distribution="trl",
+    versions="~=1.16.0",
+    doc="TRL's padding-free SFT collator (one example per sample, completion-only labels) "
+        "against pack_varlen",
+    devices=("cpu",),
+    dtypes=(torch.int64, torch.int32),
+    forms=("lists",),  # dataset rows are token lists; the adapter concatenates prompt + response
+    supports=pack_domain,
+    invalid=bad_pack_cases().filter(_starts_from_taken),
+    known=PACK_KNOWN,
+    not_provided=("prompt_lengths", "response_lengths"),
+    skip=PACK_SKIP,
+))
+
+PADDING_FREE_PACKED = register_adapter(Adapter(
+    name="trl.padding_free_packed",
+    framework="trl",
+    record="varlen.pack_varlen",
+    target="trl.trainer.sft_trainer:DataCollatorForLanguageModeling",
+    wrap=packed_adapter,
+    distribution="trl",
+    versions="~=1.16.0",
+    doc="TRL's padding-free SFT collator on BFD-packed examples (seq_lengths, two samples per "
+        "example) against pack_varlen",
+    devices=("cpu",),
+    dtypes=(torch.int64, torch.int32),
+    forms=("lists",),
+    supports=pack_domain,
+    invalid=bad_pack_cases().filter(_starts_from_packable),
+    known=PACKED_KNOWN,
+    not_provided=("prompt_lengths", "response_lengths"),
+    skip=PACK_SKIP,
+))
+
+
+# --------------------------------------------------------------------------- GRPO's use of pad
+
+
+def grpo_pad_adapter(pad: Callable[..., Any]) -> Callable[..., TensorDict]:
+    """`trl.trainer.utils.pad` composed as GRPOTrainer composes it, behind `build_rl_batch`
+    (layout "two_segment"; `loss_masks` play GRPO's `tool_mask`, `logprobs` its
+    `sampling_per_token_logps`)."""
+
+    def build_rl_batch(prompts, responses, *, pad_token_id, rewards=None, loss_masks=None,
+                       logprobs=None, layout="left", max_seq_len=None, device=None
+                       ) -> TensorDict:
+        if layout != "two_segment" or rewards is not None or device is not None:
+            raise NotImplementedError("GRPO pads prompts left and completions right "
+                                      "(two_segment); rewards are per sample, not laid out")
+        prompt_ids = [torch.tensor(ids) for ids in prompts]
+        prompt_mask = [torch.ones_like(ids, dtype=torch.long) for ids in prompt_ids]
+        prompt_ids = pad(prompt_ids, padding_value=pad_token_id, padding_side="left")
+        prompt_mask = pad(prompt_mask, padding_value=0, padding_side="left")
+        completion_ids = [torch.tensor(ids) for ids in responses]
+        completion_mask = [torch.ones_like(ids, dtype=torch.long) for ids in completion_ids]
+        completion_ids = pad(completion_ids, padding_value=pad_token_id, padding_side="right")
+        completion_mask = pad(completion_mask, padding_value=0, padding_side="right")
+        loss_mask = completion_mask
+        if loss_masks is not None:
+            tool_mask = pad([torch.tensor(m) for m in loss_masks], padding_value=1,
+                            padding_side="right")
+            loss_mask = completion_mask * tool_mask
+        td = TensorDict({
+            "input_ids": torch.cat([prompt_ids, completion_ids], dim=1),
+            "attention_mask": torch.cat([prompt_mask, completion_mask], dim=1),
+            "response_mask": completion_mask,
+            # GRPO multiplies its int64 0/1 loss mask into float losses; the contract's is float32
+            "loss_mask": loss_mask.to(torch.float32),
+        }, batch_size=[len(prompts)])
+        if logprobs is not None:
+            td["rollout_logprobs"] = pad([torch.tensor(x) for x in logprobs], padding_value=0.0,
+                                         padding_side="right")
+        td.set_non_tensor("max_response_length", completion_ids.shape[1])
+        td.set_non_tensor("layout", layout)
+        td.set_non_tensor("pad_token_id", pad_token_id)
+        return td
+
+    return build_rl_batch
+
+
+def grpo_domain(case: Case) -> bool:
+    """two_segment, no rewards (GRPO keeps one reward per sample, never laid out per token), no
+    device, lists of lists (GRPO's generation returns token lists)."""
+    prompts, responses = case.args[0], case.args[1]
+    return (case.kwargs.get("layout") == "two_segment" and case.kwargs.get("rewards") is None
+            and case.kwargs.get("device") is None
+            and isinstance(prompts, list) and isinstance(responses, list)
+            and all(isinstance(r, list) for r in prompts + responses))
+
+
+def first_row_empty(case: Case) -> bool:
+    """prompts[0] or responses[0] is empty: `pad` takes its output dtype from the first row."""
+    prompts, responses = case.args[0], case.args[1]
+    return bool(prompts) and (len(prompts[0]) == 0 or len(responses[0]) == 0)
+
+
+GRPO_KNOWN = (
+    KnownDivergence(
+        "first_row_empty_makes_ids_float", first_row_empty, kind="valid", upstream=GRPO_UPSTREAM,
+        fields=("input_ids",),
+        doc="`pad` builds its output with `dtype=tensors[0].dtype`; an empty first prompt or "
+            "completion is `torch.tensor([])`, float32, so that side is padded as float32 and "
+            "`torch.cat` makes the whole input_ids float32 (found by batchproof check). Reachable "
+            "in GRPO when the first completion of a batch is empty. A TRL bug; fix: "
+            "`torch.tensor(ids, dtype=torch.long)` (and/or a `dtype=` argument of `pad`)."),
+)
+
+GRPO_PAD = register_adapter(Adapter(
+    name="trl.grpo_pad",
+    framework="trl",
+    record="rl_batch.build_rl_batch",
+    target="trl.trainer.utils:pad",
+    wrap=grpo_pad_adapter,
+    distribution="trl",
+    versions="~=1.16.0",
+    doc="trl.trainer.utils.pad as GRPOTrainer uses it (prompts left, completions right, "
+        "concatenated) against build_rl_batch(layout='two_segment')",
+    devices=("cpu",),
+    dtypes=(torch.int64, torch.float32),
+    forms=("lists",),
+    supports=grpo_domain,
+    valid=rl_batch_cases(layouts=("two_segment",), rewards=("none",), max_seq_len=False),
+    known=GRPO_KNOWN,
+    not_provided=("position_ids",),
+    skip={
+        "property:positions": "GRPO passes no position_ids (the model derives them)",
+        "property:shapes_and_dtypes": "expects position_ids among the keys; equivalence checks "
+                                      "every other shape and dtype",
+        "property:layouts_agree": "GRPO builds the two_segment layout only",
+        "property:max_seq_len_only_warns": "GRPO has no max_seq_len (it caps generation)",
+    },
+))
