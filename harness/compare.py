@@ -52,8 +52,12 @@ class Mismatch(AssertionError):
 
     @property
     def field(self) -> str:
-        """The output key the first difference is in (`"loss_mask"`), or ""."""
-        return self.path.lstrip(".").split(".")[0].split("[")[0]
+        """Where in the output the first difference is: a TensorDict key (`"loss_mask"`), an
+        element of a tuple or list output (`"[2]"`), or "" (the output itself: a tensor)."""
+        path = self.path.lstrip(".")
+        if path.startswith("["):
+            return path[: path.index("]") + 1]
+        return path.split(".")[0].split("[")[0]
 
 
 def assert_identical(

@@ -59,7 +59,8 @@ class KnownDivergence:
     only when the target did one of these (anything else it did is a new divergence):
     raises: the exception type(s) the target raises where the contract returns or raises
         another type; accepts: on bad input, the target returns instead of raising;
-    fields: on valid input, the output keys whose values (shape, dtype, ...) differ.
+    fields: on valid input, where the output differs: TensorDict keys (`"loss_mask"`), elements
+        of a tuple output (`"[2]"`), or `""` for an output that is one tensor.
     """
 
     name: str
