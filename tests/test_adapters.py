@@ -176,7 +176,14 @@ def _run(name: str, checks: list[str], without: tuple[str, ...] = ()):
 
 @pytest.fixture
 def skyrl():
-    return pytest.importorskip("skyrl.train.dataset.preprocess")
+    """skyrl 0.3.x, the version the `skyrl.rl_batch` adapter is for (0.4.x has its own tests)."""
+    adapter = adapters.get_adapter("skyrl.rl_batch")
+    if not adapter.fits(adapter.version()):
+        pytest.skip(f"skyrl {adapter.version()} installed; these tests are for "
+                    f"{adapter.versions}")
+    from batchproof.adapters.skyrl import import_preprocess
+
+    return import_preprocess()
 
 
 @pytest.fixture

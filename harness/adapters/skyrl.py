@@ -1,26 +1,50 @@
-"""SkyRL adapters (PyPI distribution `skyrl`, checked with 0.3.0; see docs/frameworks.md).
+"""SkyRL adapters (PyPI distribution `skyrl`: 0.3.0 and 0.4.0; see docs/frameworks.md).
 
-`convert_prompts_responses_to_batch_tensors(tokenizer, prompts, responses, rewards, loss_masks,
-logprobs=None, rollout_expert_indices=None, max_seq_len=None)` builds SkyRL's unified left-padded
-batch (its PR #1285) — the contract of `rl_batch.build_rl_batch` with `layout="left"`:
+`convert_prompts_responses_to_batch_tensors` builds SkyRL's unified left-padded batch (its PR
+#1285) — the contract of `rl_batch.build_rl_batch` with `layout="left"`. Its signature changed in
+0.4.0 (PR #1808, the vectorized NumPy collation), so there is one adapter per version, picked by
+the installed version (`Adapter.versions`):
+
+    0.3.0 (`skyrl.rl_batch`):      (tokenizer, prompts, responses, rewards, loss_masks,
+                                    logprobs=None, rollout_expert_indices=None, max_seq_len=None)
+                                   -> 7 values
+    0.4.0 (`skyrl.rl_batch_0_4`):  (pad_token_id, prompts, responses, rewards, loss_masks,
+                                    logprobs=None, rollout_expert_indices=None,
+                                    rollout_sample_support=None, max_seq_len=None) -> 8 values
 
     contract                          SkyRL
-    pad_token_id=                     tokenizer.pad_token_id (a stand-in object carries it)
+    pad_token_id=                     tokenizer.pad_token_id (0.3.0: a stand-in object carries
+                                      it); pad_token_id (0.4.0)
     rewards=None                      rewards is required: zeros are passed, the output dropped
     loss_masks=None                   loss_masks is required: ones are passed (the contract default)
     input_ids, attention_mask         sequences, attention_mask
-    response_mask, loss_mask          action_mask, loss_masks
+    response_mask, loss_mask          action_mask (0.4.0: response_mask), loss_masks
     rewards, rollout_logprobs         rewards, logprobs
     position_ids                      not produced (SkyRL derives them inside the model wrapper)
+    -                                 0.4.0 also returns two `PackedTensor`s (rollout expert
+                                      indices, rollout sample support): None here, not compared
+
+Both wrappers call SkyRL by keyword, so that a wrapper given the other version's function fails
+on its signature at once (`unexpected keyword argument`), which `batchproof check` reports as one
+misfit for the adapter instead of a divergence per check.
+
+skyrl 0.4.0 declares Python >= 3.12. On Python 3.11 its import chain (`skyrl.backends` ->
+`skyrl.tinker.types`) builds a pydantic model over a `typing.TypedDict`, which pydantic refuses
+before 3.12 (`PydanticUserError: Please use typing_extensions.TypedDict`). The adapters therefore
+import SkyRL inside `typed_dict_for_pydantic()`: on Python < 3.12 `typing.TypedDict` is
+`typing_extensions.TypedDict` while the import runs and is restored afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof.adapters import Adapter, KnownDivergence, register_adapter
@@ -29,10 +53,59 @@ from batchproof.reference._checks import check_pad_token_id
 from batchproof.registry import BadCase, Case
 
 PER_TOKEN = ("rewards", "loss_masks", "logprobs")
+PREPROCESS = "skyrl.train.dataset.preprocess"
+
+
+# --------------------------------------------------------------------------- importing SkyRL
+
+
+@contextmanager
+def typed_dict_for_pydantic() -> Iterator[None]:
+    """While it is open, on Python < 3.12, `typing.TypedDict` is `typing_extensions.TypedDict`
+    (restored on exit): skyrl 0.4.0 declares Python >= 3.12, and on 3.11 its import chain builds
+    a pydantic model over a `typing.TypedDict` (`skyrl/tinker/types.py`), which pydantic refuses
+    before 3.12. Modules imported meanwhile keep the TypedDict they were given; nothing else is
+    changed. On Python >= 3.12 it does nothing."""
+    if sys.version_info >= (3, 12):
+        yield
+        return
+    import typing
+
+    try:
+        import typing_extensions
+    except ImportError:  # then the import fails as it would without the patch
+        yield
+        return
+    saved = typing.TypedDict
+    typing.TypedDict = typing_extensions.TypedDict
+    try:
+        yield
+    finally:
+        typing.TypedDict = saved
+
+
+def import_preprocess() -> Any:
+    """`skyrl.train.dataset.preprocess`, imported under `typed_dict_for_pydantic()`."""
+    import importlib
+
+    with typed_dict_for_pydantic():
+        return importlib.import_module(PREPROCESS)
+
+
+class SkyRLAdapter(Adapter):
+    """An `Adapter` whose target is imported under `typed_dict_for_pydantic()` (so that skyrl
+    0.4.0 imports on Python 3.11); everything else is `Adapter`'s."""
+
+    def load(self) -> Callable[..., Any]:
+        with typed_dict_for_pydantic():
+            return super().load()
+
+
+# --------------------------------------------------------------------------- the wrappers
 
 
 def rl_batch_adapter(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
-    """SkyRL's function behind the `build_rl_batch` signature (left layout only)."""
+    """SkyRL 0.3.0's function behind the `build_rl_batch` signature (left layout only)."""
 
     def build_rl_batch(prompts, responses, *, pad_token_id, rewards=None, loss_masks=None,
                        logprobs=None, layout="left", max_seq_len=None, device=None) -> TensorDict:
@@ -40,10 +113,11 @@ def rl_batch_adapter(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
             raise NotImplementedError("SkyRL builds the left layout only")
         r_lens = [len(r) for r in responses]
         tokenizer = SimpleNamespace(pad_token_id=pad_token_id)
+        # by keyword: 0.4.0's function (pad_token_id first) fails here on its signature
         sequences, attention, action, out_rewards, out_loss, out_logprobs, _ = convert(
-            tokenizer, prompts, responses,
-            rewards if rewards is not None else [[0.0] * n for n in r_lens],
-            loss_masks if loss_masks is not None else [[1] * n for n in r_lens],
+            tokenizer=tokenizer, prompts=prompts, responses=responses,
+            rewards=rewards if rewards is not None else [[0.0] * n for n in r_lens],
+            loss_masks=loss_masks if loss_masks is not None else [[1] * n for n in r_lens],
             logprobs=logprobs, max_seq_len=max_seq_len)
         td = TensorDict({"input_ids": sequences, "attention_mask": attention,
                          "response_mask": action, "loss_mask": out_loss},
@@ -211,7 +285,7 @@ RL_BATCH_KNOWN = (
             "fails with RuntimeError; the contract raises ValueError."),
 )
 
-RL_BATCH = register_adapter(Adapter(
+RL_BATCH = register_adapter(SkyRLAdapter(
     name="skyrl.rl_batch",
     framework="skyrl",
     record="rl_batch.build_rl_batch",
@@ -219,7 +293,7 @@ RL_BATCH = register_adapter(Adapter(
     wrap=rl_batch_adapter,
     distribution="skyrl",
     versions="~=0.3.0",  # 0.4.0 changed the signature (pad_token_id first, 8 outputs)
-    doc="SkyRL's unified left-pad batch builder against build_rl_batch(layout='left')",
+    doc="SkyRL 0.3.0's unified left-pad batch builder against build_rl_batch(layout='left')",
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),
     forms=("lists",),  # `prompts[i] + responses[i]` concatenates lists; tensors would add
@@ -237,4 +311,243 @@ RL_BATCH = register_adapter(Adapter(
                                       "every other shape and dtype",
         "property:layouts_agree": "SkyRL has no two_segment layout",
     },
+))
+
+
+# =========================================================================== skyrl 0.4.0
+#
+# PR #1808 rewrote the collation with NumPy buffers filled by slice assignment
+# (`buffer[i, R - len(row):] = row`): sequences are always int64 now (the all-empty batch is
+# fixed), but what `np.int64` / `np.float32` buffers take silently replaced what `torch.tensor`
+# used to reject, and a scalar reward fails with ValueError instead of TypeError.
+
+
+def rl_batch_adapter_0_4(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
+    """SkyRL 0.4.0's function behind the `build_rl_batch` signature (left layout only)."""
+
+    def build_rl_batch(prompts, responses, *, pad_token_id, rewards=None, loss_masks=None,
+                       logprobs=None, layout="left", max_seq_len=None, device=None) -> TensorDict:
+        if layout != "left":
+            raise NotImplementedError("SkyRL builds the left layout only")
+        r_lens = [len(r) for r in responses]
+        # by keyword: 0.3.0's function (tokenizer first) fails here on its signature
+        (sequences, attention, response_mask, out_rewards, out_loss, out_logprobs,
+         _expert_indices, _sample_support) = convert(
+            pad_token_id=pad_token_id, prompts=prompts, responses=responses,
+            rewards=rewards if rewards is not None else [[0.0] * n for n in r_lens],
+            loss_masks=loss_masks if loss_masks is not None else [[1] * n for n in r_lens],
+            logprobs=logprobs, max_seq_len=max_seq_len)
+        td = TensorDict({"input_ids": sequences, "attention_mask": attention,
+                         "response_mask": response_mask, "loss_mask": out_loss},
+                        batch_size=[len(prompts)])
+        if rewards is not None:
+            td["rewards"] = out_rewards
+        if out_logprobs is not None:  # `if logprobs:` in SkyRL: an empty list gives None
+            td["rollout_logprobs"] = out_logprobs
+        td.set_non_tensor("max_response_length", response_mask.shape[1])
+        td.set_non_tensor("layout", "left")
+        td.set_non_tensor("pad_token_id", pad_token_id)
+        return td
+
+    return build_rl_batch
+
+
+# --------------------------------------------------------------------------- input conditions
+
+
+def _width(case: Case) -> int:
+    """T = max(p + r): the width of the sequences (0 when every row is empty)."""
+    return max((len(p) + len(r) for p, r in zip(*case.args)), default=0)
+
+
+def _numpy_takes(shape: tuple[int, ...], width: int) -> bool:
+    """Whether NumPy's `buffer[R - L:] = value` accepts a value of `shape` (L = shape[0]) in a
+    row buffer of `width` R: the slice holds L entries when L <= R, else min(R, L - R); the
+    value's leading 1-sized dimensions are dropped, and what is left must be one dimension of
+    the slice's length or of length 1 (broadcast)."""
+    length = shape[0]
+    target = len(range(width)[width - length:])
+    dims = list(shape)
+    while len(dims) > 1 and dims[0] == 1:
+        dims.pop(0)
+    return len(dims) == 1 and dims[0] in (target, 1)
+
+
+def _per_token_rows(case: Case):
+    """(argument name, row, response length, R) for every row of every per-token argument."""
+    r_lens = _response_lengths(case)
+    width = max(r_lens, default=0)
+    for name in PER_TOKEN:
+        for value, n in zip(_rows(case.kwargs.get(name)) or [], r_lens):
+            yield name, value, n, width
+
+
+def has_taken_length_mismatch(case: Case) -> bool:
+    """A 1-D per-token row whose length L is not its response's and that NumPy's slice
+    assignment takes anyway: L <= R (right-aligned by its own length onto other columns), or
+    L == 1 when R == 0 (broadcast into an empty slice). Longer rows raise NumPy's ValueError,
+    the contract's type."""
+    return any(_is_per_token(value) and len(value) != n and _numpy_takes((len(value),), width)
+               for _, value, n, width in _per_token_rows(case))
+
+
+def has_taken_multi_dim_row(case: Case) -> bool:
+    """A loss_masks/logprobs row given as a tensor of 2 or more dimensions that NumPy's slice
+    assignment takes (its leading 1-sized dimensions dropped): a (1, 1) row, or a (1, 0) row when
+    R == 0. (`rewards` rows go through `_reward_to_numpy`, which rejects them with ValueError;
+    nested lists make NumPy raise ValueError: both the contract's type.)"""
+    return any(name != "rewards" and isinstance(value, torch.Tensor) and value.dim() >= 2
+               and _numpy_takes(tuple(value.shape), width)
+               for name, value, _, width in _per_token_rows(case))
+
+
+def has_unchecked_value(case: Case) -> bool:
+    """A rewards/loss_masks/logprobs entry that is None, a str or a bool (the contract raises
+    TypeError): NumPy's float32 buffers take None as NaN, parse a numeric str, and take a bool
+    as 0/1."""
+    return any(isinstance(value, (list, tuple))
+               and any(v is None or isinstance(v, (str, bool)) for v in value)
+               for _, value, _, _ in _per_token_rows(case))
+
+
+def has_unchecked_pad_0_4(case: Case) -> bool:
+    """A pad_token_id the contract rejects that `np.full(..., dtype=np.int64)` does not reject
+    with the contract's TypeError: a float (truncated), a bool, a str (parsed, or ValueError), an
+    int beyond int64 (OverflowError, whether or not a row needs padding). None raises TypeError
+    (the contract's type) except on a batch of width 0, where np.full fills nothing."""
+    if not has_non_int_pad(case):
+        return False
+    return case.kwargs.get("pad_token_id") is not None or _width(case) == 0
+
+
+def has_unchecked_token(case: Case) -> bool:
+    """A token id that is neither an int nor None (None raises TypeError in NumPy, the
+    contract's type): a float is truncated into the int64 buffer, a numeric str parsed."""
+    rows = [row for side in case.args[:2] if isinstance(side, list) for row in side]
+    return any(isinstance(row, list) and any(not isinstance(v, int) and v is not None
+                                             for v in row)
+               for row in rows)
+
+
+# --------------------------------------------------------------------------- extra bad inputs
+
+
+@st.composite
+def value_bad_cases(draw, *, valid: st.SearchStrategy[Case]) -> BadCase:
+    """Bad inputs the record's strategy does not draw and NumPy's buffers treat differently from
+    `torch.tensor`: a per-token entry that is None, a str or a bool (TypeError), and a
+    loss_masks/logprobs row given as a 2-D tensor (ValueError)."""
+    good = draw(valid)
+    prompts, responses = good.args
+    r_lens = [len(r) for r in responses]
+    kwargs = dict(good.kwargs)
+    filled = [i for i, n in enumerate(r_lens) if n]
+    if filled and draw(st.booleans()):
+        name = draw(st.sampled_from(PER_TOKEN))
+        row = draw(st.sampled_from(filled))
+        rows = [[1.0] * n for n in r_lens]
+        bad = draw(st.sampled_from([None, "0.5", "x", True]))
+        rows[row][draw(st.integers(0, r_lens[row] - 1))] = bad
+        kwargs[name] = rows
+        return BadCase(Case((prompts, responses), kwargs), TypeError,
+                       f"{name}[{row}] holds a {type(bad).__name__}")
+    name = draw(st.sampled_from(["loss_masks", "logprobs"]))
+    row = draw(st.integers(0, len(r_lens) - 1))
+    rows: list[Any] = [[1.0] * n for n in r_lens]
+    n = r_lens[row]
+    rows[row] = torch.ones(draw(st.sampled_from([(1, n), (n, 1), (1, 1)])))
+    kwargs[name] = rows
+    return BadCase(Case((prompts, responses), kwargs), ValueError,
+                   f"{name}[{row}] is a 2-D tensor")
+
+
+UPSTREAM_0_4 = "skyrl/train/dataset/preprocess.py (skyrl 0.4.0; NovaSky-AI/SkyRL#1808)"
+
+RL_BATCH_0_4_KNOWN = (
+    KnownDivergence(
+        "scalar_reward_rejected", has_scalar_reward, kind="valid", upstream=UPSTREAM_0_4,
+        raises=ValueError,
+        doc="a scalar reward per sample (Python number or 0-d tensor) raises ValueError "
+            "(`_reward_to_numpy`: 'Expected a 1D per-token reward sequence, got shape ()'); "
+            "0.3.0 raised TypeError. The contract puts a scalar on the row's last response "
+            "token."),
+    KnownDivergence(
+        "per_token_length_unchecked", has_taken_length_mismatch, kind="errors",
+        upstream=UPSTREAM_0_4, accepts=True,
+        doc="a rewards/loss_masks/logprobs row of length L != r_i is written by "
+            "`buffer[i, R - L:] = row`: accepted when L <= R (right-aligned by its own length, "
+            "so values land on other columns) and when L == 1 with R == 0 (NumPy broadcasts "
+            "the value into the empty slice); the contract raises ValueError naming the "
+            "argument and row. (A longer row raises NumPy's ValueError: the contract's type.)"),
+    KnownDivergence(
+        "counts_checked_by_assert", has_count_mismatch, kind="errors", upstream=UPSTREAM_0_4,
+        raises=AssertionError,
+        doc="count mismatches of prompts/responses/rewards/loss_masks and the empty batch raise "
+            "AssertionError from `_verify_inputs`' `assert`s (gone under `python -O`), not "
+            "ValueError."),
+    KnownDivergence(
+        "logprobs_count_unchecked", has_logprobs_count_mismatch, kind="errors",
+        upstream=UPSTREAM_0_4, accepts=True, raises=IndexError,
+        doc="`logprobs` is not counted: more rows than samples raise IndexError from the "
+            "buffer; fewer rows leave the missing rows at 0.0 (an empty list is taken as no "
+            "logprobs: `if logprobs:`). The contract raises ValueError."),
+    KnownDivergence(
+        "pad_token_id_unchecked", has_unchecked_pad_0_4, kind="errors", upstream=UPSTREAM_0_4,
+        accepts=True, raises=(OverflowError, ValueError),
+        doc="pad_token_id is not validated; `np.full(..., pad_token_id, dtype=np.int64)` "
+            "truncates a float (1.5 pads with 1), takes a bool, parses a numeric str ('0') and "
+            "raises ValueError for another str, and raises OverflowError for an int beyond "
+            "int64 (even when no row needs padding); None raises TypeError (the contract's "
+            "type) except on a batch of width 0. The contract raises TypeError / ValueError "
+            "naming pad_token_id."),
+    KnownDivergence(
+        "token_ids_unchecked", has_unchecked_token, kind="errors", upstream=UPSTREAM_0_4,
+        accepts=True, raises=(ValueError, OverflowError),
+        doc="token ids are not type-checked, and the int64 buffer hides it: a float id is "
+            "truncated (`[[1.5]]` becomes token 1; 0.3.0 at least turned the sequences into "
+            "float32), a numeric str is parsed ('3' becomes token 3), another str or NaN raises "
+            "ValueError, inf OverflowError; None raises TypeError, the contract's type. The "
+            "contract raises TypeError naming the argument and row."),
+    KnownDivergence(
+        "per_token_value_types_unchecked", has_unchecked_value, kind="errors",
+        upstream=UPSTREAM_0_4, accepts=True, raises=ValueError,
+        doc="rewards/loss_masks/logprobs entries are not type-checked: the float32 buffers "
+            "take None as **NaN**, parse a numeric str ('0.5'), take a bool as 0.0/1.0 (0.3.0's "
+            "torch.tensor raised on None and str); a non-numeric str raises ValueError. The "
+            "contract raises TypeError naming the argument and row. Found with the adapter's "
+            "extra bad inputs (the record's strategy draws no such entry)."),
+    KnownDivergence(
+        "multi_dim_row_unchecked", has_taken_multi_dim_row, kind="errors",
+        upstream=UPSTREAM_0_4, accepts=True,
+        doc="a loss_masks/logprobs row given as a (1, 1) tensor (or (1, 0) when R == 0) is "
+            "taken: NumPy drops its leading dimension. The contract raises ValueError (other "
+            "2-D rows and nested lists raise NumPy's ValueError, the contract's type; 2-D "
+            "rewards rows are rejected by `_reward_to_numpy`)."),
+)
+
+_INVALID_BASE_0_4 = rl_batch_cases(layouts=("left",), rewards=("none", "per_token"))
+
+RL_BATCH_0_4 = register_adapter(SkyRLAdapter(
+    name="skyrl.rl_batch_0_4",
+    framework="skyrl",
+    record="rl_batch.build_rl_batch",
+    target="skyrl.train.dataset.preprocess:convert_prompts_responses_to_batch_tensors",
+    wrap=rl_batch_adapter_0_4,
+    distribution="skyrl",
+    versions="~=0.4.0",  # pad_token_id first, 8 outputs (PR #1808)
+    doc="SkyRL 0.4.0's vectorized left-pad batch builder against build_rl_batch(layout='left')",
+    devices=("cpu",),
+    dtypes=(torch.int64, torch.float32),
+    # the NumPy buffers take lists and 1-D tensors alike; jagged tensors fail on `if logprobs:`
+    # (docs/frameworks.md), so that form is not given
+    forms=("lists", "tensors"),
+    supports=left_layout,
+    valid=rl_batch_cases(layouts=("left",)),
+    # bad inputs start from valid ones without scalar rewards (a scalar reward fails first and
+    # would hide the defect under test), plus the entries and rows NumPy treats differently
+    invalid=st.one_of(bad_rl_batch_cases(valid=_INVALID_BASE_0_4).map(as_left_layout),
+                      value_bad_cases(valid=_INVALID_BASE_0_4)),
+    known=RL_BATCH_0_4_KNOWN,
+    not_provided=("position_ids",),
+    skip={"property:layouts_agree": "SkyRL has no two_segment layout"},
 ))

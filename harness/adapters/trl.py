@@ -15,6 +15,9 @@
       (trl.grpo_pad)            (`_generate_and_score_completions`) composes it: prompts padded on
                                 the left, completions on the right, concatenated; layout
                                 "two_segment" only
+    sft.ffd_bins              trl.data_utils.pack_dataset(strategy="bfd"): sample i as a sequence
+      (trl.bfd_bins)            of lengths[i] tokens i, the packed rows' segments as the bins;
+                                properties only (best fit, not first fit)
 
 Outputs of the collator against `pack_varlen`'s keys:
 
@@ -30,6 +33,7 @@ Outputs of the collator against `pack_varlen`'s keys:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +42,7 @@ from tensordict import TensorDict
 
 from batchproof.adapters import Adapter, KnownDivergence, register_adapter
 from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
+from batchproof.ops.sft import ffd_cases
 from batchproof.ops.varlen import bad_pack_cases
 from batchproof.reference._checks import check_pad_token_id
 from batchproof.registry import Case
@@ -120,7 +125,7 @@ def _rows(case: Case) -> tuple[Any, Any]:
     return case.args[-2], case.args[-1]
 
 
-def _is_int_row(row: Any) -> bool:
+def _is_list_row(row: Any) -> bool:
     return isinstance(row, list)
 
 
@@ -131,7 +136,7 @@ def pack_domain(case: Case) -> bool:
     prompts, responses = _rows(case)
     return (isinstance(prompts, list) and isinstance(responses, list)
             and len(prompts) == len(responses)
-            and all(_is_int_row(r) for r in prompts + responses)
+            and all(_is_list_row(r) for r in prompts + responses)
             and case.kwargs.get("device") is None)
 
 
@@ -162,20 +167,25 @@ def has_empty_sample(case: Case) -> bool:
     return any(len(p) + len(r) == 0 for p, r in zip(prompts, responses))
 
 
-def packed_has_empty_row(case: Case) -> bool:
+def some_samples_empty(case: Case) -> bool:
+    """A sample with no token beside one with tokens."""
+    return has_empty_sample(case) and not all_samples_empty(case)
+
+
+def all_samples_empty(case: Case) -> bool:
     """No token at all (every sample empty): nothing to pack, N = 0 for the contract."""
     prompts, responses = _rows(case)
     return len(prompts) > 0 and all(len(p) + len(r) == 0 for p, r in zip(prompts, responses))
 
 
 def bad_pad_token_id(case: Case) -> bool:
-    """A pad_token_id the contract rejects, except a str or None where a pad cell is written
-    (`torch.full` raises TypeError there: the contract's type)."""
+    """A pad_token_id the contract rejects, except a str or None (`pad` fills its output with
+    `torch.full(..., padding_value)`, which raises TypeError for them: the contract's type)."""
     value = case.kwargs.get("pad_token_id", 0)
     try:
         check_pad_token_id(value)
     except (TypeError, ValueError):
-        return not (_pad_length(case) > 0 and (value is None or isinstance(value, str)))
+        return not (value is None or isinstance(value, str))
     return False
 
 
@@ -215,14 +225,14 @@ def non_int_token(case: Case) -> bool:
 PAD_TOKEN_KNOWN = KnownDivergence(
     "pad_token_id_unchecked", bad_pad_token_id, kind="errors", upstream=SFT_UPSTREAM,
     accepts=True, raises=(RuntimeError, OverflowError),
-    doc="pad_token_id is not validated: it is read only where a pad cell is written, by "
-        "`torch.full` in `pad`. Without a tail pad any value is accepted; with one a float is "
-        "truncated into the int64 ids (0.5 -> 0), a bool is written as 0/1, and an int beyond "
-        "int64 raises RuntimeError ('value cannot be converted to type int64_t without "
+    doc="pad_token_id is not validated: `pad` creates its output with `torch.full(shape, "
+        "padding_value, dtype=int64)` and writes the rows over it, so a float is accepted and "
+        "truncated where a pad cell remains (0.5 -> 0), a bool is written as 0/1, and an int "
+        "beyond int64 raises RuntimeError ('value cannot be converted to type int64_t without "
         "overflow') or OverflowError (below -2**63: 'can't convert negative int to "
-        "unsigned'). (A str or None raises torch's TypeError there: the contract's type.) "
-        "The contract raises TypeError / ValueError naming pad_token_id whether or not a pad "
-        "is written.")
+        "unsigned') whether or not a pad cell remains. (A str or None raises torch's TypeError: "
+        "the contract's type.) The contract raises TypeError / ValueError naming "
+        "pad_token_id.")
 
 MULTIPLE_KNOWN = KnownDivergence(
     "pad_to_multiple_unchecked", bad_multiple, kind="errors", upstream=PAD_UPSTREAM,
@@ -251,8 +261,9 @@ TOKEN_KNOWN = KnownDivergence(
     "token_ids_unchecked", non_int_token, kind="errors", upstream=SFT_UPSTREAM,
     accepts=True,
     doc="token ids are not type-checked: `torch.tensor(ids)` takes a float id and the whole "
-        "packed row becomes float32 (labels too); a bool id is stored as 0/1 in an int64 row. "
-        "The contract raises TypeError naming the row.")
+        "packed row becomes float32 (labels too); a bool id is stored as 0/1 in an int64 row "
+        "(a row of bools alone comes back as a bool tensor). The contract raises TypeError "
+        "naming the row.")
 
 PACK_KNOWN = (
     KnownDivergence(
@@ -264,13 +275,20 @@ PACK_KNOWN = (
             "pad's labels are -100, so the loss is unchanged; a contract difference (more, "
             "shorter varlen segments), not a TRL bug."),
     KnownDivergence(
-        "empty_sample_makes_ids_float", has_empty_sample, kind="valid", upstream=SFT_UPSTREAM,
-        fields=("input_ids",), raises=RuntimeError,
+        "empty_sample_makes_ids_float", some_samples_empty, kind="valid", upstream=SFT_UPSTREAM,
+        fields=("input_ids",),
         doc="`torch.tensor([])` of an empty example is float32 and `torch.cat` promotes the whole "
             "packed row to it: input_ids (and labels) come back float32 (found by batchproof "
-            "check). When every example is empty the row has no token and "
-            "`cu_seq_lens.diff().max()` raises RuntimeError. A TRL bug; fix: "
-            "`torch.tensor(ids, dtype=torch.long)` for input_ids and labels."),
+            "check). A TRL bug; fix: `torch.tensor(ids, dtype=torch.long)` for input_ids and "
+            "labels."),
+    KnownDivergence(
+        "no_token_at_all", all_samples_empty, kind="valid", upstream=SFT_UPSTREAM,
+        raises=RuntimeError,
+        doc="every example empty: the row has no token and `int(cu_seq_lens.diff().max())` "
+            "raises RuntimeError ('max(): Expected reduction dim to be specified for "
+            "input.numel() == 0'); the contract returns an empty row (N = 0, cu_seqlens [0], "
+            "max_seqlen 0). A TRL edge case (SFTTrainer drops fully masked examples when it "
+            "truncates)."),
     PAD_TOKEN_KNOWN,
     MULTIPLE_KNOWN,
     EMPTY_BATCH_KNOWN,
@@ -281,7 +299,7 @@ PACK_KNOWN = (
 PACKED_KNOWN = (
     PACK_KNOWN[0],
     KnownDivergence(
-        "no_token_at_all", packed_has_empty_row, kind="valid", upstream=PACKED_UPSTREAM,
+        "no_token_at_all", all_samples_empty, kind="valid", upstream=PACKED_UPSTREAM,
         raises=IndexError,
         doc="every sample empty: `pack_dataset` drops empty sequences, so there is no packed "
             "example to collate and the collator's `examples[0]` raises IndexError; the contract "
@@ -306,7 +324,7 @@ def _starts_from_taken(bad) -> bool:
 
 def _starts_from_packable(bad) -> bool:
     """Bad inputs built on a valid input with at least one token (else no packed example)."""
-    return not packed_has_empty_row(bad.case)
+    return not all_samples_empty(bad.case)
 
 PADDING_FREE = register_adapter(Adapter(
     name="trl.padding_free",
@@ -410,6 +428,58 @@ def first_row_empty(case: Case) -> bool:
     return bool(prompts) and (len(prompts[0]) == 0 or len(responses[0]) == 0)
 
 
+PER_TOKEN = ("loss_masks", "logprobs")
+
+
+def _per_token_rows(case: Case, name: str) -> list | None:
+    rows = case.kwargs.get(name)
+    return list(rows) if isinstance(rows, (list, tuple)) else None
+
+
+def _nested(row: Any) -> bool:
+    if isinstance(row, torch.Tensor):
+        return row.dim() > 1
+    return isinstance(row, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in row)
+
+
+def grpo_counts_differ(case: Case) -> bool:
+    """prompts / responses / loss_masks / logprobs counts that differ (B >= 1)."""
+    prompts, responses = case.args[0], case.args[1]
+    counts = {len(prompts), len(responses)} | {
+        len(rows) for name in PER_TOKEN if (rows := _per_token_rows(case, name)) is not None}
+    return len(prompts) > 0 and len(counts) > 1
+
+
+def grpo_length_mismatch(case: Case) -> bool:
+    """A loss_masks / logprobs row (a flat one) whose length is not its response's."""
+    r_lens = [len(r) for r in case.args[1]]
+    return any(not _nested(row) and len(row) != n
+               for name in PER_TOKEN for row, n in zip(_per_token_rows(case, name) or [], r_lens))
+
+
+def grpo_all_rows_nested(case: Case) -> bool:
+    """Every loss_masks (or logprobs) row is a nested list or a tensor of more dimensions, so
+    `pad` (which pads dimension 0 and keeps the others) stacks them without complaint; a mix of
+    flat and nested rows makes its `np.max` over the shapes raise ValueError (the contract's
+    type)."""
+    for name in PER_TOKEN:
+        rows = _per_token_rows(case, name)
+        if rows and all(_nested(row) for row in rows):
+            return True
+    return False
+
+
+def grpo_bad_token(case: Case) -> bool:
+    """A float or None token id, or a row made of str ids only (`torch.tensor` of a row that mixes
+    ints and strs raises TypeError: the contract's type)."""
+    for row in list(case.args[0]) + list(case.args[1]):
+        if any(isinstance(v, float) or v is None for v in row):
+            return True
+        if row and all(isinstance(v, str) for v in row):
+            return True
+    return False
+
+
 GRPO_KNOWN = (
     KnownDivergence(
         "first_row_empty_makes_ids_float", first_row_empty, kind="valid", upstream=GRPO_UPSTREAM,
@@ -419,7 +489,42 @@ GRPO_KNOWN = (
             "`torch.cat` makes the whole input_ids float32 (found by batchproof check). Reachable "
             "in GRPO when the first completion of a batch is empty. A TRL bug; fix: "
             "`torch.tensor(ids, dtype=torch.long)` (and/or a `dtype=` argument of `pad`)."),
+    dataclasses.replace(PAD_TOKEN_KNOWN, upstream=PAD_UPSTREAM),
+    KnownDivergence(
+        "token_ids_unchecked", grpo_bad_token, kind="errors", upstream=GRPO_UPSTREAM,
+        accepts=True, raises=(RuntimeError, ValueError),
+        doc="token ids are not type-checked: a float id makes that side float32 (accepted), None "
+            "raises RuntimeError ('Could not infer dtype of NoneType'), a row of str ids "
+            "ValueError ('too many dimensions'); the contract raises TypeError naming the row. "
+            "GRPO's ids come from its own generation, so this is unvalidated internal data, not "
+            "a reachable bug."),
+    KnownDivergence(
+        "counts_unchecked", grpo_counts_differ, kind="errors", upstream=GRPO_UPSTREAM,
+        raises=RuntimeError,
+        doc="prompt / completion counts that differ fail in `torch.cat` (RuntimeError 'Sizes of "
+            "tensors must match'); a tool mask or logprob list with another number of rows fails "
+            "in the broadcast `completion_mask * tool_mask`, or is kept as a tensor of another "
+            "batch size (here the adapter's TensorDict raises RuntimeError 'batch dimension "
+            "mismatch'; GRPO would carry it on). The contract raises ValueError. Internal data "
+            "in GRPO."),
+    KnownDivergence(
+        "per_token_length_unchecked", grpo_length_mismatch, kind="errors",
+        upstream=GRPO_UPSTREAM, accepts=True, raises=RuntimeError,
+        doc="a tool mask / logprob row whose length is not its completion's is padded on its own: "
+            "a short tool mask is padded with 1, so the completion tokens it does not cover are "
+            "silently trained; a long one writes past the completion (hidden by "
+            "`completion_mask`) or, as the widest row, fails the broadcast with RuntimeError; "
+            "logprob rows shift silently. The contract raises ValueError naming the row. "
+            "Internal data in GRPO (its tool loop builds both from the same tokens)."),
+    KnownDivergence(
+        "multi_dim_row_unchecked", grpo_all_rows_nested, kind="errors", upstream=PAD_UPSTREAM,
+        accepts=True, raises=RuntimeError,
+        doc="`pad` pads any number of dimensions: when every per-token row is nested (a (1, n) "
+            "row) they are stacked into a 3-D tensor and broadcast against the 2-D completion "
+            "mask without error; the contract raises ValueError."),
 )
+
+GRPO_VALID = rl_batch_cases(layouts=("two_segment",), rewards=("none",), max_seq_len=False)
 
 GRPO_PAD = register_adapter(Adapter(
     name="trl.grpo_pad",
@@ -435,7 +540,10 @@ GRPO_PAD = register_adapter(Adapter(
     dtypes=(torch.int64, torch.float32),
     forms=("lists",),
     supports=grpo_domain,
-    valid=rl_batch_cases(layouts=("two_segment",), rewards=("none",), max_seq_len=False),
+    valid=GRPO_VALID,
+    # bad inputs start from valid ones whose first rows are not empty: an empty first row turns
+    # input_ids float32 (`first_row_empty_makes_ids_float`) and would hide the defect under test
+    invalid=bad_rl_batch_cases(valid=GRPO_VALID).filter(lambda bad: not first_row_empty(bad.case)),
     known=GRPO_KNOWN,
     not_provided=("position_ids",),
     skip={
@@ -444,5 +552,126 @@ GRPO_PAD = register_adapter(Adapter(
                                       "every other shape and dtype",
         "property:layouts_agree": "GRPO builds the two_segment layout only",
         "property:max_seq_len_only_warns": "GRPO has no max_seq_len (it caps generation)",
+    },
+))
+
+
+# --------------------------------------------------------------------------- BFD packing
+
+
+def bfd_bins_adapter(pack_dataset: Callable[..., Any]) -> Callable[..., list[list[int]]]:
+    """`pack_dataset(strategy="bfd")` behind the `ffd_bins` signature: sample i becomes a
+    sequence of `lengths[i]` tokens all equal to i, so each packed row's segments (its
+    `seq_lengths`) name the samples of one bin, in the order the row holds them."""
+
+    def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]]:
+        if min_bins != 1 or bin_multiple != 1:
+            raise NotImplementedError("BFD packing has no bin-count adjustment")
+        import datasets
+
+        dataset = datasets.Dataset.from_dict(
+            {"input_ids": [[i] * n for i, n in enumerate(lengths)]})
+        bars = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+        try:
+            packed = pack_dataset(dataset, capacity, strategy="bfd")
+            rows = packed[:]
+        finally:
+            if bars:
+                datasets.enable_progress_bars()
+        bins = []
+        for ids, seq_lengths in zip(rows["input_ids"], rows["seq_lengths"]):
+            starts = [sum(seq_lengths[:k]) for k in range(len(seq_lengths))]
+            bins.append([ids[s] for s in starts])
+        return bins
+
+    return ffd_bins
+
+
+def bfd_domain(case: Case) -> bool:
+    """What a dataset of sequences can express: int lengths (a sequence of n tokens), an int
+    capacity (`seq_length`), no bin-count adjustment (BFD has none)."""
+    lengths, capacity = case.args[0], case.args[1]
+    return (isinstance(lengths, list) and len(lengths) > 0
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in lengths)
+            and isinstance(capacity, int) and not isinstance(capacity, bool)
+            and case.kwargs.get("min_bins", 1) == 1 and case.kwargs.get("bin_multiple", 1) == 1)
+
+
+def _int_capacity(case: Case) -> int:
+    return case.args[1]
+
+
+def length_over_capacity(case: Case) -> bool:
+    lengths, capacity = case.args[0], _int_capacity(case)
+    return capacity >= 1 and any(n > capacity for n in lengths)
+
+
+def non_positive_length(case: Case) -> bool:
+    lengths, capacity = case.args[0], _int_capacity(case)
+    return capacity >= 1 and any(n < 1 for n in lengths)
+
+
+def capacity_below_one(case: Case) -> bool:
+    return _int_capacity(case) < 1
+
+
+BFD_UPSTREAM = "trl/data_utils.py, pack_dataset / _pack_bfd (trl 1.16.0)"
+
+BFD_KNOWN = (
+    KnownDivergence(
+        "truncates_over_capacity", length_over_capacity, kind="errors", upstream=BFD_UPSTREAM,
+        accepts=True,
+        doc="a sequence longer than seq_length is cut to seq_length (`pc.list_slice`) and packed "
+            "alone: its tail is silently dropped. Documented TRL behaviour of strategy='bfd' "
+            "('bfd_split' splits it instead); the contract raises ValueError naming the length. "
+            "A contract difference."),
+    KnownDivergence(
+        "empty_sequences_dropped", non_positive_length, kind="errors", upstream=BFD_UPSTREAM,
+        accepts=True, raises=NotImplementedError,
+        doc="empty sequences are filtered out before packing (they are in no bin); when every "
+            "sequence is empty pyarrow raises ArrowNotImplementedError (a NotImplementedError: "
+            "\"Function 'array_take' has no kernel matching input types (list<item: null>, "
+            "null)\"). The contract raises ValueError for a length < 1. (A negative length "
+            "cannot come from a dataset: the adapter builds it as an empty sequence.)"),
+    KnownDivergence(
+        "capacity_unchecked", capacity_below_one, kind="errors", upstream=BFD_UPSTREAM,
+        raises=(AssertionError, ValueError),
+        doc="seq_length is not validated: 0 fails the segment tree's `assert 0 < val <= "
+            "self.maxval` (AssertionError, gone under `python -O`); a negative one fails in "
+            "`pc.list_slice` with pyarrow's ArrowInvalid ('`start`(0) should be greater than or "
+            "equal to 0 and not greater than `stop`(-3)'), a subclass of ValueError, which "
+            "batchproof's error check (exact type) counts as another type. The contract raises "
+            "ValueError naming capacity."),
+)
+
+def _without_adjustment(case: Case) -> Case:
+    """The contract's valid call without min_bins / bin_multiple (BFD has no bin-count
+    adjustment); its lengths are within capacity either way."""
+    return Case(case.args, {}, case.label)
+
+
+BFD_BINS = register_adapter(Adapter(
+    name="trl.bfd_bins",
+    framework="trl",
+    record="sft.ffd_bins",
+    target="trl.data_utils:pack_dataset",
+    wrap=bfd_bins_adapter,
+    distribution="trl",
+    versions="~=1.16.0",
+    doc="TRL's best-fit-decreasing packing (pack_dataset strategy='bfd') against the properties "
+        "of ffd_bins: every sample in exactly one bin, bins within capacity, no empty bin",
+    devices=("cpu",),
+    forms=None,
+    supports=bfd_domain,
+    valid=ffd_cases().map(_without_adjustment),
+    known=BFD_KNOWN,
+    skip={
+        "equivalence": "best fit, not first fit: a sample goes to the bin with the least room "
+                       "that fits it, so the bins differ from the contract's first-fit bins; "
+                       "only the contract's properties apply",
+        "property:visit_order": "BFD visits samples by length descending with ties in index "
+                                "order (a stable sort), the contract's FFD with the larger index "
+                                "first: a convention, not a fault (equal-length samples swap)",
     },
 ))

@@ -1,0 +1,204 @@
+"""SkyRL 0.4.0: `convert_prompts_responses_to_batch_tensors` through the adapter
+`skyrl.rl_batch_0_4` (docs/frameworks-skyrl04.md).
+
+The import patch and the choice of adapter by version are tested without SkyRL; the rest runs
+where skyrl 0.4.x is installed (on Python 3.11: the wheel with `--ignore-requires-python`, as the
+docs say) and skips cleanly otherwise. Removing a known divergence must make the check fail with
+that divergence's shrunk example; the docs' minimal reproductions are run as written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import sys
+import typing
+
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from batchproof import adapters, registry
+from batchproof.adapters import skyrl as skyrl_adapters
+from batchproof.adapters.runner import check_adapter, exit_code, select_adapters
+from batchproof.ops.rl_batch import rl_batch_cases
+from batchproof.registry import BadCase
+
+ADAPTER = "skyrl.rl_batch_0_4"
+
+
+def _run(adapter, checks, **kwargs):
+    return check_adapter(adapter, checks=checks, max_examples=40, replay_database=False,
+                         derandomize=True, **kwargs)
+
+
+# --------------------------------------------------------------------------- without SkyRL
+
+
+def test_typed_dict_patch_lasts_only_for_the_import() -> None:
+    saved = typing.TypedDict
+    with skyrl_adapters.typed_dict_for_pydantic():
+        inside = typing.TypedDict
+    assert typing.TypedDict is saved
+    if sys.version_info < (3, 12):
+        import typing_extensions
+
+        assert inside is typing_extensions.TypedDict
+    else:
+        assert inside is saved
+    with pytest.raises(RuntimeError), skyrl_adapters.typed_dict_for_pydantic():
+        raise RuntimeError("an import that fails")
+    assert typing.TypedDict is saved
+
+
+def test_each_version_has_its_adapter() -> None:
+    new, old = adapters.get_adapter(ADAPTER), adapters.get_adapter("skyrl.rl_batch")
+    assert new.fits("0.4.0") and new.fits("0.4.2")
+    assert not new.fits("0.3.0") and not new.fits("0.5.0")
+    assert old.fits("0.3.0") and not old.fits("0.4.0")
+    assert new.target == old.target and new.distribution == old.distribution == "skyrl"
+    # both import SkyRL under the patch, also once a known divergence is removed
+    for adapter in (new, old, new.without("scalar_reward_rejected")):
+        assert isinstance(adapter, skyrl_adapters.SkyRLAdapter)
+
+
+# --------------------------------------------------------------------------- skyrl 0.4.x
+
+
+@pytest.fixture(scope="module")
+def preprocess():
+    try:
+        version = importlib.metadata.version("skyrl")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("skyrl is not installed")
+    if not adapters.get_adapter(ADAPTER).fits(version):
+        pytest.skip(f"skyrl {version} is installed; these tests are for 0.4.x")
+    with skyrl_adapters.typed_dict_for_pydantic():
+        return pytest.importorskip("skyrl.train.dataset.preprocess")
+
+
+@pytest.fixture(scope="module")
+def convert(preprocess):
+    return preprocess.convert_prompts_responses_to_batch_tensors
+
+
+def test_check_picks_the_0_4_adapter(preprocess) -> None:
+    assert [a.name for a in select_adapters("skyrl", ["rl_batch"], None)] == [ADAPTER]
+    with pytest.raises(ValueError, match=r"no adapter fits skyrl 0\.4.*skyrl\.rl_batch \(~=0\.3"):
+        select_adapters("skyrl", None, "skyrl.rl_batch")
+
+
+def test_the_0_3_adapter_does_not_fit(preprocess) -> None:
+    """Given 0.4.0's function, the 0.3.0 adapter is one misfit, not a divergence per check."""
+    report = _run(adapters.get_adapter("skyrl.rl_batch"), None)
+    assert "unexpected keyword argument 'tokenizer'" in report.misfit, report.misfit
+    assert {o.status for o in report.outcomes} == {"not run"} and not report.known
+    assert report.version.startswith("0.4") and exit_code([report]) == 3
+
+
+def test_known_divergences_only(preprocess) -> None:
+    adapter = adapters.get_adapter(ADAPTER)
+    checks = registry.get(adapter.record).check_names()
+    report = _run(adapter, checks)
+    assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
+    assert not report.unexplained and exit_code([report]) == 0, report.unexplained
+    statuses = {o.check: o.status for o in report.outcomes}
+    for check in ("equivalence", "errors", "property:shapes_and_dtypes", "property:positions",
+                  "property:alignment", "property:max_seq_len_only_warns",
+                  "pin:mask_from_token_not_pad"):
+        assert statuses[check] == "pass", (check, statuses)
+    assert statuses["pin:scalar_reward_on_last_token"] == "known"
+    assert statuses["pin:loss_mask_length_mismatch"] == "known"
+    known = {k["name"]: k for k in report.known}
+    for entry in known.values():  # each met divergence diverged as described, every time
+        assert entry["status"] in ("confirmed", "not met") and not entry["too_broad"], entry
+    for name in ("scalar_reward_rejected", "pad_token_id_unchecked",
+                 "per_token_value_types_unchecked", "multi_dim_row_unchecked"):
+        assert known[name]["confirmed"] > 0, known[name]
+
+
+@st.composite
+def _loss_mask_one_too_long(draw) -> BadCase:
+    """The defect of `per_token_length_unchecked` alone: one loss mask one entry too long."""
+    case = draw(rl_batch_cases(layouts=("left",)))
+    rows = [[1.0] * len(r) for r in case.args[1]]
+    row = draw(st.integers(0, len(rows) - 1))
+    rows[row].append(1.0)
+    return BadCase(case.replace(loss_masks=rows), ValueError,
+                   f"loss_masks[{row}] has the wrong length")
+
+
+def test_without_length_divergence_fails_shrunk(preprocess) -> None:
+    adapter = adapters.get_adapter(ADAPTER).without("per_token_length_unchecked")
+    adapter = dataclasses.replace(adapter, invalid=_loss_mask_one_too_long())
+    (errors,) = _run(adapter, ["errors"], report_multiple_bugs=False).new
+    # one sample, empty response, one loss-mask entry: NumPy broadcasts it into the empty slice
+    assert "accepted bad input (loss_masks[0] has the wrong length)" in errors.detail, errors
+    assert errors.minimal.startswith("build_rl_batch([[]], [[]]"), errors.minimal
+    assert "loss_masks=[[1.0]]" in errors.minimal, errors.minimal
+
+
+def test_without_value_type_divergence_fails_shrunk(preprocess) -> None:
+    """A None reward is taken as NaN: found by the adapter's extra bad inputs."""
+    adapter = adapters.get_adapter(ADAPTER).without("per_token_value_types_unchecked")
+    adapter = dataclasses.replace(adapter, invalid=skyrl_adapters.value_bad_cases(
+        valid=rl_batch_cases(layouts=("left",), rewards=("none",))))
+    (errors,) = _run(adapter, ["errors"], report_multiple_bugs=False).new
+    assert "accepted bad input" in errors.detail and "holds a" in errors.detail, errors.detail
+    assert errors.minimal.startswith("build_rl_batch([[]], [[0]]"), errors.minimal
+
+
+def test_without_scalar_reward_divergence_fails_on_value_error(preprocess) -> None:
+    adapter = adapters.get_adapter(ADAPTER).without("scalar_reward_rejected")
+    (equivalence,) = _run(adapter, ["equivalence"], report_multiple_bugs=False).new
+    assert "ValueError" in equivalence.detail and "1D per-token reward" in equivalence.detail
+    assert "rewards=[" in equivalence.minimal, equivalence.minimal
+
+
+# --------------------------------------------------------------------------- the docs' examples
+
+
+def test_fixed_since_0_3(convert) -> None:
+    """0.3.0 gave float32 sequences for an all-empty batch; 0.4.0 gives int64."""
+    sequences, attention, response_mask, *_ = convert(0, [[]], [[]], [[]], [[]])
+    assert sequences.dtype == attention.dtype == response_mask.dtype == torch.int64
+    assert tuple(sequences.shape) == (1, 0) and tuple(response_mask.shape) == (1, 0)
+
+
+def test_reproductions(convert) -> None:
+    out = convert(0, [[1], [2]], [[3, 4], [5]], [[0.0, 1.0], [2.0]], [[1, 1], [1, 1]])
+    assert out[4].tolist() == [[1.0, 1.0], [1.0, 1.0]]  # row 1: an entry on a prompt column
+    assert convert(0, [[1]], [[]], [[]], [[1.0]])[4].shape == (1, 0)  # broadcast into R = 0
+    with pytest.raises(ValueError, match="Expected a 1D per-token reward sequence"):
+        convert(0, [[1]], [[2]], [1.5], [[1]])
+    with pytest.raises(AssertionError):
+        convert(0, [[1]], [[2, 3]], [[0.0, 0.0]], [[1, 1]] * 2)
+    lp = convert(0, [[1], [2]], [[3, 4], [5]], [[0.0, 0.0], [0.0]], [[1, 1], [1]],
+                 logprobs=[[-1.0, -2.0]])[5]
+    assert lp.tolist() == [[-1.0, -2.0], [0.0, 0.0]]
+    with pytest.raises(IndexError):
+        convert(0, [[1]], [[2]], [[0.0]], [[1]], logprobs=[[-1.0], [-2.0]])
+    assert convert(1.5, [[1], []], [[2], [3]], [[0.0], [0.0]], [[1], [1]])[0].tolist() == [
+        [1, 2], [1, 3]]
+    assert convert("0", [[1]], [[2]], [[0.0]], [[1]])[0].tolist() == [[1, 2]]
+    with pytest.raises(OverflowError):
+        convert(2**63, [[1]], [[2]], [[0.0]], [[1]])  # no row needs padding
+    assert convert(None, [[]], [[]], [[]], [[]])[0].shape == (1, 0)
+    sequences = convert(0, [[1.5]], [["3"]], [[0.0]], [[1]])[0]
+    assert sequences.tolist() == [[1, 3]] and sequences.dtype == torch.int64
+    out = convert(0, [[1]], [[2]], [[None]], [[None]], logprobs=[["0.5"]])
+    assert out[3].isnan().all() and out[4].isnan().all() and out[5].tolist() == [[0.5]]
+    assert convert(0, [[1]], [[2]], [[0.0]], [torch.ones(1, 1)])[4].tolist() == [[1.0]]
+
+
+def test_jagged_logprobs_fail_on_truthiness(convert) -> None:
+    """Why the adapter gives lists and tensors only: `if logprobs:` on a jagged tensor."""
+    from batchproof import blocks
+
+    jagged = blocks.jagged([[1.0], [2.0, 3.0]], torch.float32)
+    prompts, responses = blocks.jagged([[1], [2]], torch.int64), blocks.jagged(
+        [[3], [4, 5]], torch.int64)
+    out = convert(0, prompts, responses, jagged, jagged)  # without logprobs: fine
+    assert out[0].tolist() == [[0, 1, 3], [2, 4, 5]]
+    with pytest.raises(RuntimeError, match="Boolean value of Tensor"):
+        convert(0, prompts, responses, jagged, jagged, logprobs=jagged)
