@@ -59,7 +59,7 @@ def test_each_version_has_its_adapter() -> None:
     assert new.target == old.target and new.distribution == old.distribution == "skyrl"
     # both import SkyRL under the patch, also once a known divergence is removed
     for adapter in (new, old, new.without("scalar_reward_rejected")):
-        assert isinstance(adapter, skyrl_adapters.SkyRLAdapter)
+        assert adapter.importing is skyrl_adapters.typed_dict_for_pydantic
 
 
 # --------------------------------------------------------------------------- skyrl 0.4.x

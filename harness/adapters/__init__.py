@@ -24,11 +24,13 @@ loaded (docs/frameworks.md says how to install each one beside batchproof).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +141,9 @@ class Adapter:
     not_provided: tuple[str, ...] = ()  # contract outputs it does not produce (not compared)
     skip: Mapping[str, str] = field(default_factory=dict)  # check name -> why it does not apply
     versions: str = ""  # the distribution's versions it fits (a PEP 440 specifier; "" = any)
+    # a context manager the target is imported inside (an import step the framework needs on
+    # this Python: a patched typing.TypedDict, a stand-in for a missing compiled extension)
+    importing: Callable[[], AbstractContextManager] | None = None
 
     def fits(self, version: str) -> bool:
         """Whether this adapter is for `version` of its distribution (any, without `versions`)."""
@@ -153,8 +158,10 @@ class Adapter:
             return False
 
     def load(self) -> Callable[..., Any]:
-        """Import the third-party function (raises `FrameworkMissing` with an install hint)."""
-        return load_target(self.target, self.distribution)
+        """Import the third-party function, inside `importing` when given (raises
+        `FrameworkMissing` with an install hint)."""
+        with self.importing() if self.importing is not None else contextlib.nullcontext():
+            return load_target(self.target, self.distribution)
 
     def candidate(self) -> Candidate:
         return self.wrap(self.load())

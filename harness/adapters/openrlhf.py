@@ -33,17 +33,19 @@ did before). The flash-attn code that runs is flash-attn's own.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import math
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from batchproof.adapters import Adapter, KnownDivergence, load_target, register_adapter
+from batchproof.adapters import Adapter, KnownDivergence, register_adapter
 from batchproof.registry import Case
 
 RING = "openrlhf.models.ring_attn_utils"
@@ -56,19 +58,18 @@ CUDA_EXTENSION = "flash_attn_2_cuda"
 # --------------------------------------------------------------------------- importing
 
 
-def import_without_cuda_extension(module_name: str) -> types.ModuleType:
-    """Import `module_name`; if that fails only because flash-attn's compiled CUDA extension is
-    missing, import it again with an empty stand-in for the extension, then restore sys.modules
-    (the stand-in and the flash_attn modules imported beside it are removed)."""
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != CUDA_EXTENSION:
-            raise
+@contextlib.contextmanager
+def cuda_extension_stand_in() -> Iterator[None]:
+    """While open, when flash-attn's compiled CUDA extension is not installed, an empty module
+    stands in for it in `sys.modules`; on exit the stand-in and every flash_attn module imported
+    meanwhile are removed. Where the extension is installed it does nothing."""
+    if importlib.util.find_spec(CUDA_EXTENSION) is not None:
+        yield
+        return
     before = set(sys.modules)
     sys.modules[CUDA_EXTENSION] = types.ModuleType(CUDA_EXTENSION)
     try:
-        return importlib.import_module(module_name)
+        yield
     finally:
         sys.modules.pop(CUDA_EXTENSION, None)
         for name in set(sys.modules) - before:
@@ -76,17 +77,10 @@ def import_without_cuda_extension(module_name: str) -> types.ModuleType:
                 del sys.modules[name]
 
 
-class FlashAttnStubAdapter(Adapter):
-    """An adapter whose target module imports flash_attn at module level (see the module
-    docstring): loading imports it with `import_without_cuda_extension`."""
-
-    def load(self) -> Callable[..., Any]:
-        module_name = self.target.partition(":")[0]
-        try:
-            import_without_cuda_extension(module_name)
-        except Exception:  # noqa: BLE001 - load_target reports it, with the install hint
-            pass
-        return load_target(self.target, self.distribution)
+def import_without_cuda_extension(module_name: str) -> types.ModuleType:
+    """`module_name`, imported inside `cuda_extension_stand_in()`."""
+    with cuda_extension_stand_in():
+        return importlib.import_module(module_name)
 
 
 # --------------------------------------------------------------------------- unpad
@@ -232,7 +226,7 @@ UNPAD_KNOWN = (
             "range'); the contract raises ValueError."),
 )
 
-UNPAD = register_adapter(FlashAttnStubAdapter(
+UNPAD = register_adapter(Adapter(
     name="openrlhf.unpad_and_slice_tensor",
     framework="openrlhf",
     record="varlen.unpad",
@@ -240,6 +234,7 @@ UNPAD = register_adapter(FlashAttnStubAdapter(
     wrap=unpad_adapter,
     distribution="openrlhf",
     versions="~=0.11.2",
+    importing=cuda_extension_stand_in,
     doc="OpenRLHF's packing of a padded batch into one row (packing_samples, no ring "
         "attention): the packed row and indices, and the segments its position_ids give",
     forms=None,
@@ -384,7 +379,7 @@ REPAD_KNOWN = (
             "attribute 'transpose'); the contract raises TypeError."),
 )
 
-REPAD = register_adapter(FlashAttnStubAdapter(
+REPAD = register_adapter(Adapter(
     name="openrlhf.gather_and_pad_tensor",
     framework="openrlhf",
     record="varlen.repad",
@@ -392,6 +387,7 @@ REPAD = register_adapter(FlashAttnStubAdapter(
     wrap=repad_adapter,
     distribution="openrlhf",
     versions="~=0.11.2",
+    importing=cuda_extension_stand_in,
     doc="OpenRLHF's scatter of a packed row's per-token values back to (B, S) (no ring "
         "attention)",
     forms=None,

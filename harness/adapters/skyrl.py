@@ -92,15 +92,6 @@ def import_preprocess() -> Any:
         return importlib.import_module(PREPROCESS)
 
 
-class SkyRLAdapter(Adapter):
-    """An `Adapter` whose target is imported under `typed_dict_for_pydantic()` (so that skyrl
-    0.4.0 imports on Python 3.11); everything else is `Adapter`'s."""
-
-    def load(self) -> Callable[..., Any]:
-        with typed_dict_for_pydantic():
-            return super().load()
-
-
 # --------------------------------------------------------------------------- the wrappers
 
 
@@ -285,7 +276,7 @@ RL_BATCH_KNOWN = (
             "fails with RuntimeError; the contract raises ValueError."),
 )
 
-RL_BATCH = register_adapter(SkyRLAdapter(
+RL_BATCH = register_adapter(Adapter(
     name="skyrl.rl_batch",
     framework="skyrl",
     record="rl_batch.build_rl_batch",
@@ -293,6 +284,7 @@ RL_BATCH = register_adapter(SkyRLAdapter(
     wrap=rl_batch_adapter,
     distribution="skyrl",
     versions="~=0.3.0",  # 0.4.0 changed the signature (pad_token_id first, 8 outputs)
+    importing=typed_dict_for_pydantic,
     doc="SkyRL 0.3.0's unified left-pad batch builder against build_rl_batch(layout='left')",
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),
@@ -527,7 +519,7 @@ RL_BATCH_0_4_KNOWN = (
 
 _INVALID_BASE_0_4 = rl_batch_cases(layouts=("left",), rewards=("none", "per_token"))
 
-RL_BATCH_0_4 = register_adapter(SkyRLAdapter(
+RL_BATCH_0_4 = register_adapter(Adapter(
     name="skyrl.rl_batch_0_4",
     framework="skyrl",
     record="rl_batch.build_rl_batch",
@@ -535,6 +527,7 @@ RL_BATCH_0_4 = register_adapter(SkyRLAdapter(
     wrap=rl_batch_adapter_0_4,
     distribution="skyrl",
     versions="~=0.4.0",  # pad_token_id first, 8 outputs (PR #1808)
+    importing=typed_dict_for_pydantic,
     doc="SkyRL 0.4.0's vectorized left-pad batch builder against build_rl_batch(layout='left')",
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),
