@@ -55,6 +55,7 @@ LAYOUTS = ("left", "two_segment")
 REWARDS = ("none", "per_token", "scalar", "mixed")
 LOSS_MASKS = ("binary", "bools", "weights", "floats")
 ATTENTION_MASKS = ("absent", "ones", "zeros")
+FP8_RECIPES = ("tensorwise", "blockwise", "mxfp8")
 
 
 # --------------------------------------------------------------------------- rows
@@ -230,14 +231,16 @@ def sft_examples(
 
 def parallel_configs(
     *, max_dp: int = 4, max_tp: int = 4, max_pp: int = 4, max_cp: int = 4,
-    fp8: bool | None = None,
+    fp8: bool | None = None, fp8_recipes: Sequence[str] = FP8_RECIPES,
 ) -> st.SearchStrategy[ParallelConfig]:
-    """Data/tensor/pipeline/context parallel sizes and the FP8 flag: a `ParallelConfig`
-    (`.dp`, `.tp`, `.pp`, `.cp`, `.fp8`; `.kwargs()` gives `pack_sft`'s `dp_size=...` keywords).
+    """Data/tensor/pipeline/context parallel sizes, the FP8 flag and recipe: a `ParallelConfig`
+    (`.dp`, `.tp`, `.pp`, `.cp`, `.fp8`, `.fp8_recipe`; `.kwargs()` gives `pack_sft`'s
+    `dp_size=...` keywords).
 
     Each size is in [1, its maximum]; the configurations that broke packers in practice
     ((2, 1, 1, 2), (1, 2, 1, 2), (2, 1, 2, 1), (4, 1, 1, 4) as dp, tp, pp, cp) are drawn first
-    when they fit. `fp8`: None draws it, True or False fixes it.
+    when they fit. `fp8`: None draws it, True or False fixes it. `fp8_recipes`: the recipes
+    drawn, of "tensorwise" (per-tensor scaling), "blockwise", "mxfp8" (docs/sft.md).
 
     >>> config = parallel_configs(max_tp=1, fp8=False).example()
     >>> config.tp, config.fp8
@@ -247,9 +250,11 @@ def parallel_configs(
                         ("max_cp", max_cp)):
         _check_int(name, value, low=1)
     _check_tristate("fp8", fp8)
+    _check_subset("fp8_recipes", fp8_recipes, FP8_RECIPES)
     from batchproof.ops.sft import parallel_configs as drawn_configs
 
-    return drawn_configs(max_dp=max_dp, max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, fp8=fp8)
+    return drawn_configs(max_dp=max_dp, max_tp=max_tp, max_pp=max_pp, max_cp=max_cp, fp8=fp8,
+                         fp8_recipes=tuple(fp8_recipes))
 
 
 # --------------------------------------------------------------------------- verl, varlen

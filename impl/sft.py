@@ -46,6 +46,7 @@ from batchproof.reference.sft import (  # the contract's argument checks, shared
     _real,
     _zero_one,
     batch_rows,
+    check_fp8_recipe,
 )
 
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
@@ -134,13 +135,25 @@ def _collated(input_ids: torch.Tensor, attention: torch.Tensor, loss_mask: torch
     return td
 
 
-def align_size(tp_size=1, cp_size=1, *, fp8=False) -> int:
-    """tp, or tp * cp * 2 with cp > 1; with fp8 also a multiple of 16 * cp (lcm)."""
+# the FP8 recipe's token granularity, per TP rank (x tp x cp): see reference.sft.align_size
+_FP8_PER_RANK = {"tensorwise": 8, "blockwise": 128, "mxfp8": 32}
+
+
+def align_size(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise") -> int:
+    """tp, or tp * cp * 2 with cp > 1; with fp8 also a multiple of the recipe's granularity
+    (per-tensor and tp = 1 block scaling: 16 per CP rank too)."""
     _check_size(tp_size, "tp_size")
     _check_size(cp_size, "cp_size")
     _check_bool(fp8, "fp8")
+    check_fp8_recipe(fp8_recipe)
     base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
-    return math.lcm(base, 16 * cp_size) if fp8 else base
+    if not fp8:
+        return base
+    if fp8_recipe == "blockwise" and tp_size == 1:
+        return math.lcm(base, 16 * cp_size)
+    per_rank = _FP8_PER_RANK[fp8_recipe] * tp_size * cp_size
+    return math.lcm(base, per_rank, 16 * cp_size) if fp8_recipe == "tensorwise" else \
+        math.lcm(base, per_rank)
 
 
 def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]]:
@@ -187,6 +200,7 @@ def pack_sft(
     pp_size=1,
     cp_size=1,
     fp8=False,
+    fp8_recipe="tensorwise",
     device=None,
 ) -> TensorDict:
     """Shard-major rows of aligned sub-sequences (see reference.sft), built by index arithmetic."""
@@ -196,6 +210,7 @@ def pack_sft(
                         (cp_size, "cp_size")):
         _check_size(value, name)
     _check_bool(fp8, "fp8")
+    check_fp8_recipe(fp8_recipe)
     batch = _parse(examples, packed=True)
     _check_attention_all_ones(batch)
     device = _output_device(device, batch, examples)
@@ -208,7 +223,8 @@ def pack_sft(
         _check_values(batch)  # the reference checks every value before it packs
         raise
     rows = [bins[k] for shard in range(dp_size) for k in range(shard, len(bins), dp_size)]
-    plan = _Plan(batch, rows, align_size(tp_size, cp_size, fp8=fp8), device)
+    plan = _Plan(batch, rows, align_size(tp_size, cp_size, fp8=fp8, fp8_recipe=fp8_recipe),
+                 device)
     n_rows, width = len(rows), plan.width
 
     if kernel:  # CPU tensors: one pass per row

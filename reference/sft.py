@@ -77,19 +77,46 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
     return td
 
 
-def align_size(tp_size=1, cp_size=1, *, fp8=False) -> int:
+FP8_RECIPES = ("tensorwise", "blockwise", "mxfp8")
+
+
+def align_size(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise") -> int:
     """Columns every packed sub-sequence is padded to a multiple of.
 
-    tp alone: tp (sequence parallelism shards the sequence dim by tp); with cp > 1: tp * cp * 2
-    (each segment is split into 2*cp load-balanced chunks); fp8: also a multiple of 16 * cp.
+    layout: tp alone: tp (sequence parallelism shards the sequence dim by tp); with cp > 1:
+    tp * cp * 2 (each segment is split into 2*cp load-balanced chunks). With fp8, also a
+    multiple of the FP8 recipe's token granularity F (docs/sft.md, "FP8 alignment"):
+
+        tensorwise  per-tensor scaling   lcm(16 * cp, 8 * tp * cp)
+        blockwise   1x128 block scaling  16 * cp if tp == 1, else 128 * tp * cp
+        mxfp8       MXFP8 (32 blocks)    32 * tp * cp
     """
     _check_size(tp_size, "tp_size")
     _check_size(cp_size, "cp_size")
     _check_bool(fp8, "fp8")
-    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
-    if fp8:
-        return base * (16 * cp_size) // math.gcd(base, 16 * cp_size)
-    return base
+    check_fp8_recipe(fp8_recipe)
+    layout = tp_size * cp_size * 2 if cp_size > 1 else tp_size
+    if not fp8:
+        return layout
+    if fp8_recipe == "tensorwise":
+        granularity = _lcm(16 * cp_size, 8 * tp_size * cp_size)
+    elif fp8_recipe == "blockwise":
+        granularity = 16 * cp_size if tp_size == 1 else 128 * tp_size * cp_size
+    else:
+        granularity = 32 * tp_size * cp_size
+    return _lcm(layout, granularity)
+
+
+def check_fp8_recipe(fp8_recipe) -> None:
+    """One of `FP8_RECIPES` (checked whether or not fp8 is on)."""
+    if not isinstance(fp8_recipe, str):
+        raise TypeError(f"fp8_recipe must be a str, got {type(fp8_recipe).__name__}")
+    if fp8_recipe not in FP8_RECIPES:
+        raise ValueError(f"fp8_recipe must be one of {FP8_RECIPES}, got {fp8_recipe!r}")
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
 
 
 def ffd_bins(lengths, capacity, *, min_bins=1, bin_multiple=1) -> list[list[int]]:
@@ -143,6 +170,7 @@ def pack_sft(
     pp_size=1,
     cp_size=1,
     fp8=False,
+    fp8_recipe="tensorwise",
     device=None,
 ) -> TensorDict:
     """Pack examples into shard-major rows of aligned sub-sequences (see the module docstring)."""
@@ -152,6 +180,7 @@ def pack_sft(
                         (cp_size, "cp_size")):
         _check_size(value, name)
     _check_bool(fp8, "fp8")
+    check_fp8_recipe(fp8_recipe)
     examples = batch_rows(examples)
     parsed = _parse_examples(examples, packed=True)
     device = _output_device(device, examples)
@@ -159,7 +188,7 @@ def pack_sft(
     lengths = [len(ex.input_ids) for ex in parsed]
     bins = ffd_bins(lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
     rows = [bins[k] for shard in range(dp_size) for k in range(shard, len(bins), dp_size)]
-    align = align_size(tp_size, cp_size, fp8=fp8)
+    align = align_size(tp_size, cp_size, fp8=fp8, fp8_recipe=fp8_recipe)
     width = max(sum(_round_up(lengths[i], align) for i in row) for row in rows)
 
     input_ids, attention, positions, loss, sub_lengths, cu_seqlens = [], [], [], [], [], [0]

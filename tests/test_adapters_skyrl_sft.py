@@ -96,18 +96,28 @@ def test_adapter_has_known_divergences_only(installed: str, kind: str) -> None:
 
 
 def test_align_rules_are_skyrls(installed: str) -> None:
-    """The contract's align_size is 0.3.0's `get_packed_seq_align_size`; the adapter's model
-    of 0.4.0's rule (`skyrl_04_align`, fp8_recipe=None) is 0.4.0's."""
+    """The adapters' models of SkyRL's alignment are SkyRL's: 0.3.0's
+    `get_packed_seq_align_size` (one rule, `skyrl_03_align`, which is the contract's per-tensor
+    rule except when 4 | tp), and 0.4.0's for each recipe (`skyrl_04_align`)."""
     utils = skyrl_sft.import_skyrl(
         "skyrl.backends.skyrl_train.distributed.megatron.packing_utils")
     for tp in range(1, 9):
         for cp in range(1, 9):
             for fp8 in (False, True):
-                theirs = utils.get_packed_seq_align_size(tp, cp, fp8_enabled=fp8)
                 if installed.startswith("0.3."):
-                    assert theirs == oracle.align_size(tp, cp, fp8=fp8), (tp, cp, fp8)
-                else:
-                    assert theirs == skyrl_sft.skyrl_04_align(tp, cp, fp8), (tp, cp, fp8)
+                    theirs = utils.get_packed_seq_align_size(tp, cp, fp8_enabled=fp8)
+                    assert theirs == skyrl_sft.skyrl_03_align(tp, cp, fp8), (tp, cp, fp8)
+                    same = tp % 4 != 0 or not fp8
+                    assert (theirs == oracle.align_size(tp, cp, fp8=fp8)) == same, (tp, cp)
+                    continue
+                for recipe in ("tensorwise", "blockwise", "mxfp8"):
+                    theirs = utils.get_packed_seq_align_size(tp, cp, fp8_enabled=fp8,
+                                                             fp8_recipe=recipe)
+                    assert theirs == skyrl_sft.skyrl_04_align(tp, cp, fp8, recipe), (
+                        tp, cp, fp8, recipe)
+                    if recipe != "tensorwise" or tp == 1 or not fp8:
+                        assert theirs == oracle.align_size(tp, cp, fp8=fp8,
+                                                           fp8_recipe=recipe), (tp, cp, recipe)
 
 
 def test_without_min_bins_zero_the_ffd_check_fails_shrunk(installed: str) -> None:

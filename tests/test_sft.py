@@ -237,8 +237,16 @@ def test_realistic_sizes(seed: int) -> None:
 
 
 def test_spec_alignment_examples() -> None:
+    """docs/sft.md's table of align_size (layout, and fp8 per recipe)."""
     assert [impl.align_size(4, 1), impl.align_size(1, 2), impl.align_size(4, 1, fp8=True),
-            impl.align_size(1, 2, fp8=True)] == [4, 4, 16, 32]
+            impl.align_size(1, 2, fp8=True)] == [4, 4, 32, 32]
+    table = {(1, 1): (16, 16, 32), (2, 1): (16, 256, 64), (3, 1): (48, 384, 96),
+             (4, 1): (32, 512, 128), (8, 1): (64, 1024, 256), (1, 2): (32, 32, 64),
+             (2, 2): (32, 512, 128), (4, 2): (64, 1024, 256), (1, 4): (64, 64, 128)}
+    for (tp, cp), want in table.items():
+        got = tuple(impl.align_size(tp, cp, fp8=True, fp8_recipe=recipe)
+                    for recipe in ("tensorwise", "blockwise", "mxfp8"))
+        assert got == want, (tp, cp, got)
 
 
 @pytest.mark.gpu

@@ -118,19 +118,22 @@ def _jagged(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.nested.nested_tensor_from_jagged(values, offsets=offsets)
 
 
-def packed_adapter(collator_class: type) -> Callable[..., TensorDict]:
+def packed_adapter(collator_class: type, *, takes_recipe: bool = False
+                   ) -> Callable[..., TensorDict]:
     """`PackedDataCollator(...)(examples, batch_size=N)` behind `pack_sft` (the training-step
-    path: the collator's batch_size is N, so it packs)."""
+    path: the collator's batch_size is N, so it packs). 0.4.0's collator takes the FP8 recipe
+    (`takes_recipe`); 0.3.0's has one rule for every recipe."""
 
     def pack_sft(examples, *, pad_token_id, capacity, dp_size=1, tp_size=1, pp_size=1,
-                 cp_size=1, fp8=False, device=None) -> TensorDict:
+                 cp_size=1, fp8=False, fp8_recipe="tensorwise", device=None) -> TensorDict:
         if device is not None:
             raise NotImplementedError("PackedDataCollator packs on the CPU")
         n = len(examples)
+        recipe = {"fp8_recipe": fp8_recipe} if takes_recipe else {}
         collator = collator_class(_tokenizer(pad_token_id), max_tokens_per_microbatch=capacity,
                                   tp_size=tp_size, pp_size=pp_size, cp_size=cp_size,
                                   dp_size=dp_size, batch_size=n,
-                                  micro_train_batch_size_per_gpu=1, fp8_enabled=fp8)
+                                  micro_train_batch_size_per_gpu=1, fp8_enabled=fp8, **recipe)
         batch = collator(examples, batch_size=n)
         rows = len(batch["sequences"])
         td = TensorDict({"input_ids": batch["sequences"],
@@ -664,6 +667,41 @@ def collate_known(upstream: str, *, normalized: bool) -> tuple[KnownDivergence, 
     )
 
 
+PACKED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "sub_seq_lengths",
+                 "response_length")
+
+
+def _sizes(case: Case) -> tuple[int, int, int, bool] | None:
+    kw = case.kwargs
+    dp, tp, cp = kw.get("dp_size", 1), kw.get("tp_size", 1), kw.get("cp_size", 1)
+    fp8 = kw.get("fp8", False)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, cp)):
+        return None
+    return dp, tp, cp, fp8 is True
+
+
+def _recipe(case: Case) -> str | None:
+    recipe = case.kwargs.get("fp8_recipe", "tensorwise")
+    return recipe if recipe in oracle.FP8_RECIPES else None
+
+
+def skyrl_03_align(tp: int, cp: int, fp8: bool) -> int:
+    """0.3.0's `get_packed_seq_align_size`: lcm(layout, 16*cp) with fp8, whatever the recipe."""
+    layout = tp * cp * 2 if cp > 1 else tp
+    return math.lcm(layout, 16 * cp) if fp8 else layout
+
+
+def fp8_recipe_blind(case: Case) -> bool:
+    """FP8 where 0.3.0's single rule is not the recipe's (docs/sft.md): per-tensor scaling with
+    4 | tp, block scaling with tp > 1, MXFP8 almost always."""
+    sizes, recipe = _sizes(case), _recipe(case)
+    if sizes is None or not sizes[3] or recipe is None:
+        return False
+    _, tp, cp, _ = sizes
+    return skyrl_03_align(tp, cp, True) != oracle.align_size(tp, cp, fp8=True,
+                                                             fp8_recipe=recipe)
+
+
 PACK_KNOWN_03 = (
     KnownDivergence(
         "loss_total_truncated", packed_total_truncated, kind="valid", upstream=PACKER_03,
@@ -717,6 +755,19 @@ PACK_KNOWN_03 = (
         "fp8_flag_truthiness", fp8_not_bool, kind="errors", upstream=PACKER_03, accepts=True,
         doc="fp8_enabled is used for its truthiness (1, 'fp8' turn FP8 alignment on); the "
             "contract raises TypeError for a non-bool."),
+    KnownDivergence(
+        "fp8_alignment_recipe_blind", fp8_recipe_blind, kind="valid", upstream=PACKER_03,
+        fields=PACKED_FIELDS,
+        doc="one FP8 rule, lcm(layout, 16*cp), for every recipe: with per-tensor scaling and "
+            "4 | tp a TP rank gets fewer than the 8 tokens Transformer Engine asserts (tp 4: "
+            "16 columns, 4 per rank; the contract 32); block scaling with tp > 1 and MXFP8 need "
+            "128*tp*cp and 32*tp*cp (docs/sft.md, FP8 alignment). SkyRL bug for per-tensor "
+            "4 | tp (fix: lcm(layout, 16*cp, 8*tp*cp)); 0.4.0 takes the recipe."),
+    KnownDivergence(
+        "fp8_recipe_unchecked", lambda case: _recipe(case) is None and "fp8_recipe" in
+        case.kwargs, kind="errors", upstream=PACKER_03, accepts=True,
+        doc="0.3.0 has no recipe argument: an unknown fp8_recipe ('auto', None) is not "
+            "rejected; the contract raises ValueError / TypeError."),
 )
 
 FFD_KNOWN = (
@@ -963,42 +1014,39 @@ def packed_length1_broadcast(case: Case) -> bool:
     return length1_loss_broadcast(case) and _within_capacity(case)
 
 
-def _sizes(case: Case) -> tuple[int, int, int, bool] | None:
-    kw = case.kwargs
-    dp, tp, cp = kw.get("dp_size", 1), kw.get("tp_size", 1), kw.get("cp_size", 1)
-    fp8 = kw.get("fp8", False)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (dp, tp, cp)):
-        return None
-    return dp, tp, cp, fp8 is True
-
-
-def skyrl_04_align(tp: int, cp: int, fp8: bool) -> int:
-    """0.4.0's `get_packed_seq_align_size` with fp8_recipe=None (what the adapter passes, and
-    SkyRL's default): any recipe but "mxfp8" is aligned like blockwise FP8."""
+def skyrl_04_align(tp: int, cp: int, fp8: bool, recipe: str = "tensorwise") -> int:
+    """0.4.0's `get_packed_seq_align_size`: "mxfp8" 32*tp*cp; any other recipe is aligned like
+    blockwise FP8 (128*tp*cp when tp > 1, else 16*cp)."""
     layout = tp * cp * 2 if cp > 1 else tp
     if not fp8:
         return layout
+    if recipe == "mxfp8":
+        return math.lcm(layout, 32 * tp * cp)
     return math.lcm(layout, 128 * tp * cp if tp > 1 else 16 * cp)
 
 
 def fp8_blockwise_alignment(case: Case) -> bool:
-    """FP8 with tp > 1: 0.4.0 pads every sub-sequence to lcm(layout, 128*tp*cp) (blockwise
-    FP8 quantizes the sequence-parallel all-gather in 1x128 tiles), the contract to
-    lcm(layout, 16*cp)."""
+    """Per-tensor FP8 with tp > 1: 0.4.0 pads every sub-sequence to lcm(layout, 128*tp*cp)
+    (the block-scaling rule, for every recipe but MXFP8), the contract to the per-tensor
+    lcm(layout, 16*cp, 8*tp*cp)."""
     sizes = _sizes(case)
-    return sizes is not None and sizes[3] and sizes[1] > 1
+    return (sizes is not None and sizes[3] and sizes[1] > 1
+            and _recipe(case) == "tensorwise")
 
 
 def fp8_bins_on_aligned_lengths(case: Case) -> bool:
-    """FP8 with tp == 1: 0.4.0 runs FFD on the aligned lengths roundup(s, a) with capacity
-    max(capacity, a); the contract on the raw lengths: the bins differ, or an aligned length
-    over the capacity makes SkyRL raise ValueError on a valid input."""
+    """FP8 where 0.4.0 aligns as the contract does: 0.4.0 runs FFD on the aligned lengths
+    roundup(s, a) with capacity max(capacity, a); the contract on the raw lengths: the bins
+    differ, or an aligned length over the capacity makes SkyRL raise ValueError on a valid
+    input."""
     sizes = _sizes(case)
     examples = _mappings(case)
-    if sizes is None or not sizes[3] or sizes[1] != 1 or not examples:
+    recipe = _recipe(case)
+    if (sizes is None or not sizes[3] or not examples or recipe is None
+            or fp8_blockwise_alignment(case)):
         return False
     dp, tp, cp, _ = sizes
-    align = skyrl_04_align(tp, cp, True)
+    align = skyrl_04_align(tp, cp, True, recipe)
     try:
         lengths = [len(ex["input_ids"]) for ex in examples]
         capacity = case.kwargs["capacity"]
@@ -1028,13 +1076,9 @@ COLLATORS_04 = "skyrl/train/dataset/collators.py (skyrl 0.4.0)"
 PACKER_04 = "skyrl/train/dataset/collators.py: PackedDataCollator.__call__ (skyrl 0.4.0)"
 ALIGN_04 = ("skyrl/backends/skyrl_train/distributed/megatron/packing_utils.py: "
             "_fp8_token_align, get_packed_seq_align_size (skyrl 0.4.0)")
-PACKED_FIELDS = ("input_ids", "attention_mask", "loss_mask", "sub_seq_lengths",
-                 "response_length")
-# Where SkyRL returns another number of rows than the contract, the check's completion of the
-# outputs it does not provide (position_ids, cu_seqlens_padded: `runner.completed`) fails with
-# torch's RuntimeError 'batch dimension mismatch' before any field is compared: a batchproof
-# limitation (reported), so a row-count difference shows as that RuntimeError.
-ROW_COUNT = (RuntimeError,)
+# where SkyRL returns another number of rows than the contract, the comparison reports the
+# batch size of the whole output: the field ""
+ROWS = ("",)
 
 
 def collate_known_04(upstream: str, *, normalized: bool) -> tuple[KnownDivergence, ...]:
@@ -1102,22 +1146,21 @@ def collate_known_04(upstream: str, *, normalized: bool) -> tuple[KnownDivergenc
 PACK_KNOWN_04 = (
     KnownDivergence(
         "fp8_blockwise_alignment", fp8_blockwise_alignment, kind="valid", upstream=ALIGN_04,
-        fields=PACKED_FIELDS, raises=(ValueError, *ROW_COUNT),
-        doc="with fp8 and tp > 1 every sub-sequence is padded to lcm(layout, 128*tp*cp) (the "
-            "blockwise-FP8 rule; fp8_recipe None/'blockwise'/'delayed' all take it, 'mxfp8' "
-            "gives 32*tp*cp); the contract (skyrl 0.3.0's rule) pads to lcm(layout, 16*cp). "
-            "The bins are computed on those aligned lengths too (see "
-            "fp8_bins_on_aligned_lengths): a valid batch can fail with ValueError. "
-            "Where the row count differs too, the check's completion of position_ids fails "
-            "with RuntimeError first (a batchproof limitation). See "
-            "docs/frameworks-skyrl-sft.md, 'FP8 alignment'."),
+        fields=(*PACKED_FIELDS, *ROWS), raises=ValueError,
+        doc="per-tensor FP8 (the contract's fp8_recipe 'tensorwise', passed through) with tp > 1: "
+            "every sub-sequence is padded to lcm(layout, 128*tp*cp), the block-scaling rule that "
+            "0.4.0 applies to every recipe but 'mxfp8'; the contract pads per-tensor FP8 to "
+            "lcm(layout, 16*cp, 8*tp*cp) (over-padding: 256 columns at tp 2 where 16 suffice). "
+            "The bins are computed on those aligned lengths too (fp8_bins_on_aligned_lengths): "
+            "other rows, or a valid batch fails with ValueError. docs/sft.md, FP8 alignment."),
     KnownDivergence(
         "fp8_bins_on_aligned_lengths", fp8_bins_on_aligned_lengths, kind="valid",
-        upstream=PACKER_04, fields=PACKED_FIELDS, raises=(ValueError, *ROW_COUNT),
+        upstream=PACKER_04, fields=(*PACKED_FIELDS, *ROWS), raises=ValueError,
         doc="with fp8 the FFD bins are computed on the aligned lengths roundup(s, a) with "
-            "capacity max(capacity, a), the contract's on the raw lengths: other bins, or a "
-            "ValueError ('Sequence length 32 exceeds bin capacity 20') on a valid input "
-            "(another row count: RuntimeError from the check's completion of position_ids)."),
+            "capacity max(capacity, a), the contract's on the raw lengths: other bins (other "
+            "rows), or a ValueError ('Sequence length 32 exceeds bin capacity 20') on a valid "
+            "input: a SkyRL bug (a sequence within the raw capacity refused only because of the "
+            "FP8 padding)."),
     KnownDivergence(
         "loss_total_truncated", packed_total_truncated_04, kind="valid", upstream=PACKER_04,
         fields=("loss_mask",), raises=(OverflowError, ValueError),
@@ -1196,10 +1239,12 @@ register_adapter(Adapter(
 
 register_adapter(Adapter(
     name="skyrl.pack_sft_v0_4", framework="skyrl", record="sft.pack_sft",
-    target=f"{COLLATORS}:PackedDataCollator", wrap=packed_adapter, distribution="skyrl",
+    target=f"{COLLATORS}:PackedDataCollator", distribution="skyrl",
+    wrap=lambda collator: packed_adapter(collator, takes_recipe=True),
     versions="~=0.4.0",
     importing=typed_dict_for_pydantic,
-    doc="SkyRL 0.4's PackedDataCollator (fp8_recipe=None) against pack_sft",
+    doc="SkyRL 0.4's PackedDataCollator (the contract's fp8_recipe passed through) against "
+        "pack_sft",
     forms=None, supports=on_cpu,
     invalid=ops.bad_pack_cases().map(_on_bad(lambda c: _integer_weights(_without_fp8(c)))),
     known=PACK_KNOWN_04, not_provided=("position_ids", "cu_seqlens_padded"),

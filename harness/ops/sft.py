@@ -38,10 +38,11 @@ class ParallelConfig:
     pp: int = 1
     cp: int = 1
     fp8: bool = False
+    fp8_recipe: str = "tensorwise"
 
     def kwargs(self) -> dict:
         return {"dp_size": self.dp, "tp_size": self.tp, "pp_size": self.pp,
-                "cp_size": self.cp, "fp8": self.fp8}
+                "cp_size": self.cp, "fp8": self.fp8, "fp8_recipe": self.fp8_recipe}
 
 
 # (dp, tp, pp, cp) configs that broke packers in practice, always in the mix
@@ -49,16 +50,20 @@ NAMED_CONFIGS = [(1, 1, 1, 1), (2, 1, 1, 2), (1, 2, 1, 2), (2, 1, 2, 1), (4, 1, 
 
 
 def parallel_configs(*, max_dp: int = 4, max_tp: int = 4, max_pp: int = 4, max_cp: int = 4,
-                     fp8: bool | None = None) -> st.SearchStrategy[ParallelConfig]:
+                     fp8: bool | None = None,
+                     fp8_recipes: Sequence[str] = oracle.FP8_RECIPES,
+                     ) -> st.SearchStrategy[ParallelConfig]:
     """dp, tp, pp, cp each in [1, its maximum] (the named configs within them first), fp8 on or
-    off (None: drawn)."""
+    off (None: drawn), the FP8 recipe one of `fp8_recipes`."""
     limits = (max_dp, max_tp, max_pp, max_cp)
     named = [c for c in NAMED_CONFIGS if all(v <= m for v, m in zip(c, limits))]
     shape = st.tuples(*[st.integers(1, m) for m in limits])
     if named:
         shape = st.one_of(st.sampled_from(named), shape)
     flag = st.booleans() if fp8 is None else st.just(fp8)
-    return st.tuples(shape, flag).map(lambda t: ParallelConfig(*t[0], fp8=t[1]))
+    recipe = st.sampled_from(list(fp8_recipes))
+    return st.tuples(shape, flag, recipe).map(
+        lambda t: ParallelConfig(*t[0], fp8=t[1], fp8_recipe=t[2]))
 
 
 def _num_actions(s: int) -> st.SearchStrategy[int]:
@@ -162,10 +167,10 @@ def pack_cases(draw) -> Case:
     if not _packable(lengths, capacity, config.dp):
         capacity = sum(lengths)  # one FFD bin; dp bins from >= dp sequences always work
     kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49])), "capacity": capacity}
+    defaults = {"fp8": False, "fp8_recipe": "tensorwise"}
     for name, value in config.kwargs().items():
-        default = value is False if name == "fp8" else value == 1
-        if not default or draw(st.booleans()):  # defaults spelled out or left implicit
-            kwargs[name] = value
+        if value != defaults.get(name, 1) or draw(st.booleans()):  # defaults spelled out or
+            kwargs[name] = value                                    # left implicit
     return Case((examples,), kwargs)
 
 
@@ -198,9 +203,13 @@ def ffd_cases(draw) -> Case:
 def align_cases(draw) -> Case:
     tp, cp = draw(st.integers(1, 8)), draw(st.integers(1, 8))
     fp8 = draw(st.booleans())
+    kwargs = {"fp8": fp8}
+    recipe = draw(st.sampled_from([None, *oracle.FP8_RECIPES]))  # None: the default
+    if recipe is not None:
+        kwargs["fp8_recipe"] = recipe
     if draw(st.booleans()):
-        return Case((tp, cp), {"fp8": fp8})
-    return Case((), {"tp_size": tp, "cp_size": cp, "fp8": fp8})
+        return Case((tp, cp), kwargs)
+    return Case((), {"tp_size": tp, "cp_size": cp, **kwargs})
 
 
 # --------------------------------------------------------------------------- invalid inputs
@@ -320,6 +329,10 @@ def bad_pack_cases(draw) -> BadCase:
         kwargs[name] = draw(st.sampled_from([2.0, True, "2", None]))
         return BadCase(Case((examples,), kwargs), TypeError, f"{name} not an int")
     if kind == "fp8_type":
+        if draw(st.booleans()):
+            kwargs["fp8_recipe"] = draw(st.sampled_from([None, "auto", "delayed"]))
+            raises = TypeError if kwargs["fp8_recipe"] is None else ValueError
+            return BadCase(Case((examples,), kwargs), raises, "fp8_recipe not a recipe")
         kwargs["fp8"] = draw(st.sampled_from([1, 0, "fp8"]))
         return BadCase(Case((examples,), kwargs), TypeError, "fp8 not a bool")
     if kind == "over_capacity":
@@ -388,8 +401,12 @@ def bad_align_cases(draw) -> BadCase:
     if kind == "type":
         kwargs[name] = draw(st.sampled_from([2.0, True, None]))
         return BadCase(Case((), kwargs), TypeError, f"{name} not an int")
-    kwargs["fp8"] = draw(st.sampled_from([1, "no"]))
-    return BadCase(Case((), kwargs), TypeError, "fp8 not a bool")
+    if draw(st.booleans()):
+        kwargs["fp8"] = draw(st.sampled_from([1, "no"]))
+        return BadCase(Case((), kwargs), TypeError, "fp8 not a bool")
+    kwargs["fp8_recipe"] = draw(st.sampled_from([None, 1, "auto", "delayed", "MXFP8", ""]))
+    raises = TypeError if not isinstance(kwargs["fp8_recipe"], str) else ValueError
+    return BadCase(Case((), kwargs), raises, "fp8_recipe not one of the recipes")
 
 
 # --------------------------------------------------------------------------- input forms
@@ -504,7 +521,8 @@ def _examples(case: Case) -> list[dict]:
 
 def _align(case: Case) -> int:
     kw = case.kwargs
-    return oracle.align_size(kw.get("tp_size", 1), kw.get("cp_size", 1), fp8=kw.get("fp8", False))
+    return oracle.align_size(kw.get("tp_size", 1), kw.get("cp_size", 1), fp8=kw.get("fp8", False),
+                             fp8_recipe=kw.get("fp8_recipe", "tensorwise"))
 
 
 def _rows_of(case: Case) -> list[list[int]]:
@@ -623,23 +641,29 @@ def prop_collate_normalized(case: Case, td) -> None:
 # --------------------------------------------------------------------------- align properties
 
 
-def _requirements(tp: int, cp: int, fp8: bool) -> list[int]:
-    """What a must be a multiple of: tp (SP), 2*cp*tp chunks (CP), 16 per CP rank (FP8)."""
+def _requirements(tp: int, cp: int, fp8: bool, recipe: str = "tensorwise") -> list[int]:
+    """What a must be a multiple of: tp (SP), 2*cp*tp chunks (CP); with FP8, what the recipe
+    needs of the tokens each rank holds (docs/sft.md, "FP8 alignment"): per CP rank 16 (every
+    recipe's GEMM), per TP rank 8 (per-tensor), 128 (block scaling, when tp > 1: its all-gather
+    is quantized in 128-token tiles) or 32 (MXFP8 blocks)."""
     needs = [tp]
     if cp > 1:
         needs.append(2 * cp * tp)
     if fp8:
-        needs.append(16 * cp)
+        per_tp_rank = {"tensorwise": 8, "blockwise": 128 if tp > 1 else 1, "mxfp8": 32}[recipe]
+        needs += [16 * cp, per_tp_rank * tp * cp]
     return needs
 
 
-def _align_args(case: Case) -> tuple[int, int, bool]:
+def _align_args(case: Case) -> tuple[int, int, bool, str]:
     args = dict(zip(("tp_size", "cp_size"), case.args, strict=False)) | dict(case.kwargs)
-    return args.get("tp_size", 1), args.get("cp_size", 1), args.get("fp8", False)
+    return (args.get("tp_size", 1), args.get("cp_size", 1), args.get("fp8", False),
+            args.get("fp8_recipe", "tensorwise"))
 
 
 def prop_align_divisible(case: Case, a) -> None:
-    """a is a multiple of tp, of 2 * tp * cp when cp > 1, and of 16 * cp with fp8."""
+    """a is a multiple of tp, of 2 * tp * cp when cp > 1, and with fp8 of what its recipe
+    needs per CP and TP rank."""
     needs = _requirements(*_align_args(case))
     _assert(type(a) is int and a >= 1, f"align_size returned {a!r}, not a positive int")
     _assert(all(a % need == 0 for need in needs), f"align {a} is not a multiple of {needs}")
@@ -964,8 +988,20 @@ ALIGN_PINS = [
     Pin("cp_doubles", Case((1, 2)),
         "context parallelism splits each segment into 2*cp chunks: a = tp*cp*2 = 4, not tp*cp",
         _expect_int(4)),
-    Pin("fp8_tp", Case((4, 1), {"fp8": True}), "fp8 with tp 4: lcm(4, 16) = 16, not 4*16",
-        _expect_int(16)),
+    Pin("fp8_tp", Case((4, 1), {"fp8": True}),
+        "per-tensor fp8 with tp 4: each TP rank needs 8 tokens: lcm(4, 16, 32) = 32 (SkyRL "
+        "0.3.0's lcm(4, 16) = 16 leaves 4 per rank: TE's dim assertion)", _expect_int(32)),
+    Pin("fp8_blockwise_tp", Case((2, 1), {"fp8": True, "fp8_recipe": "blockwise"}),
+        "block-scaled fp8 with tp 2: the sequence-parallel all-gather is quantized in 128-token "
+        "tiles per TP rank: lcm(2, 256) = 256, not 16", _expect_int(256)),
+    Pin("fp8_blockwise_no_tp", Case((1, 2), {"fp8": True, "fp8_recipe": "blockwise"}),
+        "block-scaled fp8 without tp: no quantized all-gather: lcm(4, 32) = 32",
+        _expect_int(32)),
+    Pin("fp8_mxfp8", Case((1, 1), {"fp8": True, "fp8_recipe": "mxfp8"}),
+        "MXFP8 quantizes in blocks of 32 even with tp = cp = 1: 32, not 16", _expect_int(32)),
+    Pin("fp8_recipe_unresolved", BadCase(Case((2, 1), {"fp8": True, "fp8_recipe": "auto"}),
+                                         ValueError, "fp8_recipe 'auto'"),
+        "the recipe must be resolved before packing: controller and workers must agree"),
     Pin("fp8_cp", Case((1, 2), {"fp8": True}),
         "fp8 needs each CP rank's slab 16-aligned: lcm(4, 16*2) = 32, not lcm(4, 16)",
         _expect_int(32)),

@@ -143,19 +143,49 @@ def _ffd_hidden_state(lengths, capacity, *, min_bins=1, bin_multiple=1):
 # --------------------------------------------------------------------------- align_size variants
 
 
-def _align_tp_cp(tp_size=1, cp_size=1, *, fp8=False):
+def _granularity(tp: int, cp: int, recipe: str) -> int:
+    """The FP8 recipe's token granularity (docs/sft.md), written once more for the variants."""
+    if recipe == "tensorwise":
+        return math.lcm(16 * cp, 8 * tp * cp)
+    if recipe == "blockwise":
+        return 16 * cp if tp == 1 else 128 * tp * cp
+    return 32 * tp * cp
+
+
+def _align_tp_cp(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise"):
     base = tp_size * cp_size if cp_size > 1 else tp_size
+    return math.lcm(base, _granularity(tp_size, cp_size, fp8_recipe)) if fp8 else base
+
+
+def _align_fp8_ignores_cp(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise"):
+    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
+    return math.lcm(base, _granularity(tp_size, 1, fp8_recipe)) if fp8 else base
+
+
+def _align_fp8_product(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise"):
+    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
+    return base * _granularity(tp_size, cp_size, fp8_recipe) if fp8 else base
+
+
+def _align_fp8_ignores_recipe(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise"):
+    """Every recipe aligned like per-tensor scaling (the recipe checked, then not used)."""
+    _align(tp_size, cp_size, fp8=fp8, fp8_recipe=fp8_recipe)  # the real validation
+    return _align(tp_size, cp_size, fp8=fp8)
+
+
+def _align_skyrl_0_3(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise"):
+    """SkyRL 0.3.0's rule, lcm(layout, 16 * cp) for any recipe: per-tensor FP8 with 4 | tp
+    leaves a TP rank fewer than 8 tokens; block scaling and MXFP8 get too small a slot."""
+    _align(tp_size, cp_size, fp8=fp8, fp8_recipe=fp8_recipe)
+    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
     return math.lcm(base, 16 * cp_size) if fp8 else base
 
 
-def _align_fp8_ignores_cp(tp_size=1, cp_size=1, *, fp8=False):
-    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
-    return math.lcm(base, 16) if fp8 else base
-
-
-def _align_fp8_product(tp_size=1, cp_size=1, *, fp8=False):
-    base = tp_size * cp_size * 2 if cp_size > 1 else tp_size
-    return base * 16 * cp_size if fp8 else base
+def _align_skyrl_0_4(tp_size=1, cp_size=1, *, fp8=False, fp8_recipe="tensorwise"):
+    """SkyRL 0.4.0's rule: every recipe but MXFP8 aligned like block scaling (per-tensor FP8
+    with tp > 1 over-padded: 256 columns at tp 2 where 16 suffice)."""
+    recipe = "mxfp8" if fp8_recipe == "mxfp8" else "blockwise"
+    return _align(tp_size, cp_size, fp8=fp8, fp8_recipe=recipe)
 
 
 # --------------------------------------------------------------------------- pack_sft variants
@@ -442,6 +472,28 @@ ENTRIES = [
             "16-aligned",
         killers=("equivalence", "pin:fp8_cp", "property:divisible"),
         replacement=_align_fp8_ignores_cp,
+    ),
+    ZooEntry(
+        name="sft.align_fp8_ignores_recipe", op="sft", function="align_size",
+        bug="the FP8 recipe validated but not used: block scaling and MXFP8 aligned like "
+            "per-tensor scaling (too small a slot: Transformer Engine's assertions)",
+        killers=("equivalence", "pin:fp8_blockwise_tp", "pin:fp8_mxfp8", "property:divisible"),
+        replacement=_align_fp8_ignores_recipe,
+    ),
+    ZooEntry(
+        name="sft.oracle_align_skyrl_0_3_rule", op="sft", function="align_size",
+        bug="SkyRL 0.3.0's FP8 rule in the oracle, lcm(layout, 16 * cp) whatever the recipe",
+        killers=("pin:fp8_tp", "pin:fp8_blockwise_tp", "pin:fp8_mxfp8", "property:divisible"),
+        replacement=_align_skyrl_0_3,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="sft.oracle_align_skyrl_0_4_rule", op="sft", function="align_size",
+        bug="SkyRL 0.4.0's FP8 rule in the oracle: per-tensor scaling aligned like block "
+            "scaling when tp > 1 (over-padding)",
+        killers=("pin:fp8_tp", "property:minimal"),
+        replacement=_align_skyrl_0_4,
+        oracle=True,
     ),
     ZooEntry(
         name="sft.align_fp8_product", op="sft", function="align_size",
