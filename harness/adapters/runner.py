@@ -500,9 +500,12 @@ def main(args) -> int:
     for chosen in adapters:
         try:
             candidate = chosen.candidate()
-        except FrameworkMissing as err:
+        except FrameworkMissing as err:  # reported as not run; the other adapters still run
             print(f"batchproof: error: {chosen.name}: {err}", file=sys.stderr)
-            return HARNESS
+            reports.append(AdapterReport(chosen.name, chosen.record, chosen.target,
+                                         chosen.version(), [], [], 0,
+                                         misfit=f"cannot be imported: {err}"))
+            continue
         with console.status(f"checking {chosen.name} ({chosen.target})"):
             reports.append(check_adapter(chosen, candidate, checks=args.check,
                                          report_multiple_bugs=False, seed=args.seed,
@@ -663,11 +666,12 @@ def output_keys(info: OpInfo, draws: int = 40) -> set[str]:
 
 
 def exit_code(reports: list[AdapterReport]) -> int:
-    """3 when a check could not be carried out, else 1 when a new divergence was found, else 0.
+    """3 when a check could not be carried out or an adapter could not run, else 1 when a new
+    divergence was found, else 0.
     A NOT TESTED check changes no exit status of `batchproof check` (a framework function may
     have no input left to test once its known divergences are set aside); the report and the
     summary line say it was not tested. `batchproof.check` fails on it."""
-    if not reports or any(r.errors for r in reports):
+    if not reports or any(r.errors or r.misfit for r in reports):
         return 3
     return 1 if any(r.new or r.unexplained for r in reports) else 0
 
