@@ -387,7 +387,10 @@ def _flatten_values(values, name, r_len, device, allow_scalar=False):
                         f"got {type(values).__name__}")
     _check_count(len(values), r_len.numel(), name)
     kinds = set(map(type, values))
-    if kinds and all(issubclass(k, (list, tuple)) for k in kinds):
+    if (kinds and all(issubclass(k, (list, tuple)) for k in kinds)
+            and set(map(type, itertools.chain.from_iterable(values))) <= _PLAIN_NUMBERS):
+        # numpy.fromiter would take None as NaN and "0.5" as 0.5: only plain Python numbers
+        # take this path (the rows path raises the reference's errors for the others)
         try:
             lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
             flat = np.fromiter(itertools.chain.from_iterable(values), dtype=np.float32,
@@ -398,6 +401,9 @@ def _flatten_values(values, name, r_len, device, allow_scalar=False):
             _check_lengths(torch.from_numpy(lengths).to(device), r_len, name)
             return _Values(torch.from_numpy(flat).to(device))
     return _flatten_mixed(values, name, r_len, device, allow_scalar)
+
+
+_PLAIN_NUMBERS = {float, int, bool}  # bool: 0.0 / 1.0, as the reference reads it
 
 
 def _flatten_mixed(values, name, r_len, device, allow_scalar):

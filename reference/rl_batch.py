@@ -201,7 +201,7 @@ def _float32(value, name, index):
     if isinstance(value, (list, tuple)):
         raise ValueError(f"{name}[{index}] must be a 1-D list of per-token values, "
                          "got a nested list")
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+    if not isinstance(value, numbers.Real):  # a bool is 0.0 / 1.0, as in a bool tensor row
         raise TypeError(f"{name}[{index}] must hold floats, got {type(value).__name__}")
     return float(torch.tensor(float(value), dtype=torch.float32).item())
 

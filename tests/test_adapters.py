@@ -19,7 +19,8 @@ from batchproof.adapters import Adapter, KnownDivergence
 from batchproof.adapters.runner import check_adapter, exit_code, fitting, select_adapters
 from batchproof.ops.rl_batch import rl_batch_cases
 from batchproof.reference.balance import karmarkar_karp
-from batchproof.registry import BadCase
+from batchproof.reference.rl_batch import build_rl_batch
+from batchproof.registry import BadCase, Case
 
 
 def _verl_like(values, k, *, equal_size=False):
@@ -178,9 +179,11 @@ def _run(name: str, checks: list[str], without: tuple[str, ...] = ()):
 def skyrl():
     """skyrl 0.3.x, the version the `skyrl.rl_batch` adapter is for (0.4.x has its own tests)."""
     adapter = adapters.get_adapter("skyrl.rl_batch")
-    if not adapter.fits(adapter.version()):
-        pytest.skip(f"skyrl {adapter.version()} installed; these tests are for "
-                    f"{adapter.versions}")
+    installed = adapter.version()
+    if installed == "not installed":
+        pytest.skip("skyrl is not installed")
+    if not adapter.fits(installed):
+        pytest.skip(f"skyrl {installed} is installed; these tests are for {adapter.versions}")
     from batchproof.adapters.skyrl import import_preprocess
 
     return import_preprocess()
@@ -230,6 +233,26 @@ def test_skyrl_without_all_empty_divergence_fails_on_dtype(skyrl) -> None:
     (equivalence,) = report.new
     assert "dtype differs: expected torch.int64, got torch.float32" in equivalence.detail
     assert equivalence.minimal.startswith("build_rl_batch([[]], [[]]"), equivalence.minimal
+
+
+def test_skyrl_reads_a_bytes_loss_mask_as_its_code_point(skyrl) -> None:
+    """`per_token_value_types_unchecked`: SkyRL 0.3.0's `torch.tensor(row, dtype=torch.float)`
+    reads `b'1'` as the sequence (49,), broadcast into the one-token row; the contract raises
+    TypeError naming the row, and the predicate matches exactly this input."""
+    from batchproof.adapters.skyrl import has_unchecked_value
+
+    class Tokenizer:
+        pad_token_id = 0
+
+    out = skyrl.convert_prompts_responses_to_batch_tensors(
+        Tokenizer(), [[1]], [[2]], [[0.5]], [[b"1"]], logprobs=[[b"2"]])
+    assert out[4].tolist() == [[49.0]] and out[5].tolist() == [[50.0]]
+    case = Case(([[1]], [[2]]), {"pad_token_id": 0, "loss_masks": [[b"1"]]})
+    assert has_unchecked_value(case)
+    # a str after a number is torch's TypeError, the contract's type: not set aside
+    assert not has_unchecked_value(case.replace(loss_masks=[[1.0, "x"]]))
+    with pytest.raises(TypeError, match=r"loss_masks\[0\]"):
+        build_rl_batch([[1]], [[2]], pad_token_id=0, loss_masks=[[b"1"]])
 
 
 @pytest.mark.parametrize("name", ["verl.karmarkar_karp", "verl.balanced_partitions",
@@ -316,6 +339,7 @@ def _isolated_registry(monkeypatch) -> None:
 PLUGIN = '''
 import batchproof
 from batchproof.reference.balance import karmarkar_karp
+from batchproof.reference.rl_batch import build_rl_batch
 
 ADAPTERS = [batchproof.Adapter(
     name="plugged.karmarkar_karp", framework="plugged", record="balance.karmarkar_karp",
@@ -366,8 +390,6 @@ def test_a_framework_version_picks_its_adapters(monkeypatch) -> None:
 
 
 def test_layout_and_output_names_scope_a_function() -> None:
-    from batchproof.reference.rl_batch import build_rl_batch
-
     def left_only_dict(prompts, responses, *, layout="left", **kwargs):
         if layout != "left":
             raise NotImplementedError(layout)

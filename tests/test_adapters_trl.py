@@ -186,3 +186,22 @@ def test_grpo_tool_mask_rows_are_not_checked(trl_collator) -> None:
     assert out["loss_mask"].tolist() == [[0.0, 1.0], [1.0, 0.0]]  # the short row padded with 1
     out = build([[2]], [[0]], pad_token_id=0, layout="two_segment", loss_masks=[[[1.0]]])
     assert out["loss_mask"].shape == (1, 1, 1)
+
+
+def test_grpo_per_token_values_are_not_checked(trl_collator) -> None:
+    """`per_token_values_unchecked`: GRPO's `torch.tensor(row)` raises RuntimeError for None and
+    ValueError for a leading str (the contract: TypeError naming the row); a str after a number
+    is torch's TypeError, which the predicate leaves to the search."""
+    from trl.trainer.utils import pad
+
+    from batchproof.adapters.trl import grpo_non_number_value, grpo_pad_adapter
+    from batchproof.registry import Case
+
+    build = grpo_pad_adapter(pad)
+    for row, raised in (([0.5, None], RuntimeError), (["0.5", 1.0], ValueError),
+                        ([1.0, "0.5"], TypeError)):
+        with pytest.raises(raised):
+            build([[2]], [[0, 5]], pad_token_id=0, layout="two_segment", loss_masks=[row])
+        case = Case(([[2]], [[0, 5]]), {"pad_token_id": 0, "layout": "two_segment",
+                                        "loss_masks": [row]})
+        assert grpo_non_number_value(case) == (raised is not TypeError)

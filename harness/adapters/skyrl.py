@@ -143,9 +143,12 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _is_per_token(value: Any) -> bool:
+    """A 1-D row: a 1-D tensor, or a list of entries that are not rows themselves (numbers,
+    bools, and the non-numbers the value predicates look at: None, str, bytes)."""
     if isinstance(value, torch.Tensor):
         return value.dim() == 1
-    return isinstance(value, (list, tuple)) and all(_is_scalar(v) for v in value)
+    return isinstance(value, (list, tuple)) and all(
+        _is_scalar(v) or v is None or isinstance(v, (bool, str, bytes)) for v in value)
 
 
 def has_scalar_reward(case: Case) -> bool:
@@ -203,10 +206,48 @@ def has_non_int_pad(case: Case) -> bool:
 
 
 def has_non_int_token(case: Case) -> bool:
-    """A token id that is not an int (a float, a str, None) in a prompt or response list."""
-    rows = [row for side in case.args[:2] if isinstance(side, list) for row in side]
-    return any(isinstance(row, list) and any(not isinstance(v, int) for v in row)
-               for row in rows)
+    """A token id that is not an int (a float, a str, None) in a prompt or response list, where
+    SkyRL's `torch.tensor(sequences)` does not raise the contract's TypeError: it accepts a float
+    and raises RuntimeError for None, ValueError for a str it meets first; a str after a number
+    is torch's TypeError (so the predicate replays SkyRL's left-padded rows through torch)."""
+    prompts, responses = case.args[:2]
+    rows = [row for side in (prompts, responses) if isinstance(side, list) for row in side]
+    if not any(isinstance(row, list) and any(not isinstance(v, int) for v in row)
+               for row in rows):
+        return False
+    pairs = [(p, r) for p, r in zip(prompts, responses)
+             if isinstance(p, list) and isinstance(r, list)]
+    width = max((len(p) + len(r) for p, r in pairs), default=0)
+    pad = case.kwargs.get("pad_token_id", 0)
+    try:
+        torch.tensor([[pad] * (width - len(p) - len(r)) + p + r for p, r in pairs])
+    except TypeError:
+        return False
+    except Exception:  # noqa: BLE001 - any other type is the divergence
+        return True
+    return True
+
+
+def has_unchecked_value(case: Case) -> bool:
+    """A per-token entry that is not a number (None, str, bytes) where SkyRL's row conversions
+    do not raise the contract's TypeError. Replays them in SkyRL's order (loss_masks, rewards,
+    logprobs; `torch.tensor(row, dtype=torch.float)`, rewards without a dtype): the first row
+    that raises decides, and a row taken without an error (bytes as its code points under
+    dtype=float) is the divergence unless a later row raises TypeError."""
+    accepted = False
+    for name, dtype in (("loss_masks", torch.float), ("rewards", None), ("logprobs", torch.float)):
+        for row in _rows(case.kwargs.get(name)) or []:
+            if not isinstance(row, (list, tuple)) or not _is_per_token(row):
+                continue
+            odd = any(v is None or isinstance(v, (str, bytes)) for v in row)
+            try:
+                torch.tensor(row, dtype=dtype)
+            except TypeError:
+                return False
+            except Exception:  # noqa: BLE001 - another type than the contract's
+                return odd
+            accepted = accepted or odd
+    return accepted
 
 
 def left_layout(case: Case) -> bool:
@@ -269,6 +310,17 @@ RL_BATCH_KNOWN = (
             "with ValueError ('too many dimensions'), None with RuntimeError ('Could not infer "
             "dtype'); the contract raises TypeError naming the argument and row. Found by the "
             "contract's token-id bad inputs (2026-11-24)."),
+    KnownDivergence(
+        "per_token_value_types_unchecked", has_unchecked_value, kind="errors",
+        upstream=UPSTREAM, accepts=True, raises=(RuntimeError, ValueError),
+        doc="rewards/loss_masks/logprobs entries are not type-checked; each row goes through "
+            "`torch.tensor`: None in a reward row raises RuntimeError ('Could not infer dtype'), "
+            "a str first in a row ValueError ('too many dimensions'), and bytes first in a "
+            "loss-mask or logprob row are read as a sequence of code points: the row `[b'1']` "
+            "is **taken as 49.0** (`torch.tensor([b'1'], dtype=torch.float)` is `[[49.]]`, "
+            "broadcast into the row), longer ones fail the assignment. The contract raises "
+            "TypeError naming the argument and row (as torch does for the other cases). Found "
+            "with the contract's per-token value bad inputs (2026-11-24)."),
     KnownDivergence(
         "multi_dim_row_unchecked", has_multi_dim_row, kind="errors", upstream=UPSTREAM,
         accepts=True, raises=RuntimeError,
@@ -393,12 +445,12 @@ def has_taken_multi_dim_row(case: Case) -> bool:
                for name, value, _, width in _per_token_rows(case))
 
 
-def has_unchecked_value(case: Case) -> bool:
-    """A rewards/loss_masks/logprobs entry that is None, a str or a bool (the contract raises
-    TypeError): NumPy's float32 buffers take None as NaN, parse a numeric str, and take a bool
-    as 0/1."""
+def has_unchecked_value_0_4(case: Case) -> bool:
+    """A rewards/loss_masks/logprobs entry that is None, a str or bytes (the contract raises
+    TypeError): NumPy's float32 buffers take None as NaN and parse a numeric str or bytes. (A
+    bool is 0.0 / 1.0 in the contract too.)"""
     return any(isinstance(value, (list, tuple))
-               and any(v is None or isinstance(v, (str, bool)) for v in value)
+               and any(v is None or isinstance(v, (str, bytes)) for v in value)
                for _, value, _, _ in _per_token_rows(case))
 
 
@@ -427,7 +479,7 @@ def has_unchecked_token(case: Case) -> bool:
 @st.composite
 def value_bad_cases(draw, *, valid: st.SearchStrategy[Case]) -> BadCase:
     """Bad inputs the record's strategy does not draw and NumPy's buffers treat differently from
-    `torch.tensor`: a per-token entry that is None, a str or a bool (TypeError), and a
+    `torch.tensor`: a per-token entry that is None or a str (TypeError), and a
     loss_masks/logprobs row given as a 2-D tensor (ValueError)."""
     good = draw(valid)
     prompts, responses = good.args
@@ -438,7 +490,7 @@ def value_bad_cases(draw, *, valid: st.SearchStrategy[Case]) -> BadCase:
         name = draw(st.sampled_from(PER_TOKEN))
         row = draw(st.sampled_from(filled))
         rows = [[1.0] * n for n in r_lens]
-        bad = draw(st.sampled_from([None, "0.5", "x", True]))
+        bad = draw(st.sampled_from([None, "0.5", "x"]))  # a bool is 0.0 / 1.0 (docs/rl_batch.md)
         rows[row][draw(st.integers(0, r_lens[row] - 1))] = bad
         kwargs[name] = rows
         return BadCase(Case((prompts, responses), kwargs), TypeError,
@@ -501,11 +553,11 @@ RL_BATCH_0_4_KNOWN = (
             "ValueError, inf OverflowError; None raises TypeError, the contract's type. The "
             "contract raises TypeError naming the argument and row."),
     KnownDivergence(
-        "per_token_value_types_unchecked", has_unchecked_value, kind="errors",
+        "per_token_value_types_unchecked", has_unchecked_value_0_4, kind="errors",
         upstream=UPSTREAM_0_4, accepts=True, raises=ValueError,
         doc="rewards/loss_masks/logprobs entries are not type-checked: the float32 buffers "
-            "take None as **NaN**, parse a numeric str ('0.5'), take a bool as 0.0/1.0 (0.3.0's "
-            "torch.tensor raised on None and str); a non-numeric str raises ValueError. The "
+            "take None as **NaN**, parse a numeric str or bytes ('0.5', b'1') (0.3.0's "
+            "torch.tensor raised on None and str); a non-numeric one raises ValueError. The "
             "contract raises TypeError naming the argument and row. Found with the adapter's "
             "extra bad inputs (the record's strategy draws no such entry)."),
     KnownDivergence(

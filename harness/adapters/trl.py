@@ -457,6 +457,19 @@ def grpo_length_mismatch(case: Case) -> bool:
                for name in PER_TOKEN for row, n in zip(_per_token_rows(case, name) or [], r_lens))
 
 
+def grpo_non_number_value(case: Case) -> bool:
+    """A loss_masks / logprobs row holding a non-number that `torch.tensor` rejects with another
+    type than the contract's TypeError: None anywhere (RuntimeError), a str first (ValueError).
+    A str or bytes after a number, or bytes first, is torch's TypeError: the contract's type."""
+    def wrong_type(row) -> bool:
+        if not any(v is None or isinstance(v, (str, bytes)) for v in row):
+            return False
+        return any(v is None for v in row) or isinstance(row[0], str)
+
+    return any(isinstance(row, (list, tuple)) and wrong_type(row)
+               for name in PER_TOKEN for row in _per_token_rows(case, name) or [])
+
+
 def grpo_all_rows_nested(case: Case) -> bool:
     """Every loss_masks (or logprobs) row is a nested list or a tensor of more dimensions, so
     `pad` (which pads dimension 0 and keeps the others) stacks them without complaint; a mix of
@@ -516,6 +529,13 @@ GRPO_KNOWN = (
             "`completion_mask`) or, as the widest row, fails the broadcast with RuntimeError; "
             "logprob rows shift silently. The contract raises ValueError naming the row. "
             "Internal data in GRPO (its tool loop builds both from the same tokens)."),
+    KnownDivergence(
+        "per_token_values_unchecked", grpo_non_number_value, kind="errors",
+        upstream=PAD_UPSTREAM, accepts=True, raises=(RuntimeError, ValueError),
+        doc="per-token entries go straight to `torch.tensor`: a None entry raises RuntimeError "
+            "('Could not infer dtype of NoneType'), a str as the row's first entry ValueError "
+            "('too many dimensions'); the contract raises TypeError naming the row (other "
+            "non-numbers raise torch's TypeError, the contract's type). Internal data in GRPO."),
     KnownDivergence(
         "multi_dim_row_unchecked", grpo_all_rows_nested, kind="errors", upstream=PAD_UPSTREAM,
         accepts=True, raises=RuntimeError,

@@ -86,7 +86,8 @@ def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) ->
     batch = len(prompts)
     kind = draw(st.sampled_from([
         "pad_type", "pad_bool", "pad_range", "layout", "count", "empty", "values_count",
-        "values_length", "reward_2d", "loss_2d_tensor", "not_a_list", "token_type"]))
+        "values_length", "reward_2d", "loss_2d_tensor", "not_a_list", "token_type",
+        "value_type"]))
     if kind == "pad_type":
         kwargs["pad_token_id"] = draw(st.sampled_from([0.0, "0", None]))
         return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id not an int")
@@ -141,6 +142,15 @@ def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) ->
         rows[row] = [[1.0] * r_lens[row]]
         return BadCase(Case((prompts, responses), kwargs | {"loss_masks": rows}), ValueError,
                        f"loss_masks[{row}] is a nested list")
+    if kind == "value_type":  # a per-token entry that is not a real number
+        rows = [[0.5] * n for n in r_lens]
+        filled = [i for i, n in enumerate(r_lens) if n]
+        if filled:
+            row = draw(st.sampled_from(filled))
+            rows[row][draw(st.integers(0, r_lens[row] - 1))] = draw(
+                st.sampled_from([None, "0.5", b"1"]))
+            return BadCase(Case((prompts, responses), kwargs | {name: rows}), TypeError,
+                           f"{name}[{row}] holds a non-number")
     kwargs[name] = 3
     return BadCase(Case((prompts, responses), kwargs), TypeError, f"{name} is not a list")
 
@@ -422,6 +432,15 @@ BUILD_PINS = [
                                                    "loss_masks": [[1, 1], [1, 1]]}),
                 ValueError, "SkyRL right-aligns a too-long list silently"),
         "a per-token list of the wrong length must be rejected, not right-aligned by its own length"),
+    Pin("float_token_id",
+        BadCase(Case(([[1.5]], [[2]]), {"pad_token_id": 0}), TypeError, "a float token id"),
+        "a float token id must be a TypeError: SkyRL turns the whole batch into float32 "
+        "sequences, numpy.fromiter with an int dtype truncates it"),
+    Pin("none_per_token_value",
+        BadCase(Case(([[1]], [[2, 3]]), {"pad_token_id": 0, "rewards": [[None, 0.5]]}),
+                TypeError, "a None reward entry"),
+        "a None per-token value must be a TypeError: numpy.fromiter(dtype=float32) makes it NaN "
+        "(batchproof's own impl did, until 2026-11-24; SkyRL 0.4.0 does)"),
 ]
 
 # --------------------------------------------------------------------------- response_values

@@ -158,6 +158,21 @@ def _float_tokens_truncated(prompts, responses, **kwargs):
     return _build(ints(prompts), ints(responses), **kwargs)
 
 
+def _none_values_as_nan(prompts, responses, **kwargs):
+    """Per-token lists through numpy.fromiter(dtype=float32): None becomes NaN, "0.5" 0.5."""
+    import math
+
+    def floats(rows):
+        if not isinstance(rows, list):
+            return rows
+        return [[math.nan if v is None else float(v) if isinstance(v, (str, bytes)) else v
+                 for v in row] if isinstance(row, list) else row for row in rows]
+
+    kwargs = {k: floats(v) if k in ("rewards", "loss_masks", "logprobs") else v
+              for k, v in kwargs.items()}
+    return _build(prompts, responses, **kwargs)
+
+
 ENTRIES = [
     ZooEntry(
         name="rl_batch.left_aligned_slice",
@@ -274,7 +289,14 @@ ENTRIES = [
         op="rl_batch", function="build_rl_batch",
         bug="float and str token ids truncated to ints instead of rejected (a fast path that "
             "converts with an integer dtype)",
-        killers=("errors",),
+        killers=("pin:float_token_id",),
         replacement=_float_tokens_truncated,
+    ),
+    ZooEntry(
+        name="rl_batch.none_values_as_nan", op="rl_batch", function="build_rl_batch",
+        bug="per-token lists converted by numpy.fromiter: None becomes NaN and '0.5' 0.5 "
+            "instead of a TypeError (the fix of 2026-11-24 in impl/rl_batch.py)",
+        killers=("pin:none_per_token_value",),
+        replacement=_none_values_as_nan,
     ),
 ]
