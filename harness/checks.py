@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,7 @@ def run_check(
     stats: CheckStats | None = None,
     seed: int | None = None,
     reproduce: tuple[str, bytes | str] | None = None,
+    admits: Callable[[Case | BadCase], bool] | None = None,
 ) -> CheckStats:
     """Run one named check of `info` against `candidate` (default: the record's `impl/` function).
 
@@ -64,12 +66,15 @@ def run_check(
     candidate) after Hypothesis has shrunk it; the shrunk case and the reproduction blob are in the
     exception's `__notes__`, the shrunk case also in `stats.failing`. `seed` fixes Hypothesis'
     random search (`hypothesis.seed`); `reproduce` = (Hypothesis version, blob) replays one
-    failure (`hypothesis.reproduce_failure`).
+    failure (`hypothesis.reproduce_failure`). After a failure, the minimal case drops the optional
+    keyword arguments it still fails without (the same way); `admits` says which inputs such a
+    smaller case may be (an adapter's domain, less its known divergences; default: any).
     """
     stats = stats if stats is not None else CheckStats()
     messages = candidate is None  # impl/ raises the reference's own messages
     call = candidate if candidate is not None else _late_bound_impl(info)
-    search = dict(settings=settings, stats=stats, seed=seed, reproduce=reproduce)
+    search = dict(settings=settings, stats=stats, seed=seed, reproduce=reproduce,
+                  admits=admits)
     if check == "equivalence":
         body = lambda case: check_equivalence(info, case, call, device)
         _run_given(info, check, body, info.valid, _valid_pins(info), **search)
@@ -102,7 +107,8 @@ def _late_bound_impl(info: OpInfo) -> Candidate:
     return lambda *args, **kwargs: info.impl(*args, **kwargs)
 
 
-def _run_given(info, check, body, strategy, pins, settings, stats, seed, reproduce) -> None:
+def _run_given(info, check, body, strategy, pins, settings, stats, seed, reproduce,
+               admits) -> None:
     def test(case):
         stats.examples += 1
         before = _copy(case)  # the candidate may change its input: keep the call as it was made
@@ -134,6 +140,62 @@ def _run_given(info, check, body, strategy, pins, settings, stats, seed, reprodu
         wrapped()
     except DidNotReproduce:  # a replayed failure that passes now: fixed
         stats.notes.append("the replayed failure no longer reproduces: it passes now")
+    except Exception as failure:
+        # (several distinct failures come as one group: those keep their cases as drawn)
+        if stats.failing is not None and not isinstance(failure, HarnessError) \
+                and not hasattr(failure, "exceptions"):
+            note = _drop_irrelevant_kwargs(info, body, failure, stats, admits)
+            if note:
+                failure.add_note(note)
+        raise
+
+
+def _drop_irrelevant_kwargs(info: OpInfo, body, failure: Exception, stats: CheckStats,
+                            admits) -> str:
+    """Leave out of `stats.failing` each optional keyword argument (one with a default in the
+    reference's signature) without which the check still fails the same way: the same exception
+    type, on the same output field. Hypothesis shrinks values, not the presence of a keyword."""
+    failing = stats.failing
+    case = failing.case if isinstance(failing, BadCase) else failing
+    dropped = []
+    for name in [k for k in case.kwargs if k in _optional_parameters(info.reference)]:
+        trial = dataclasses.replace(case, kwargs={k: v for k, v in case.kwargs.items()
+                                                  if k != name})
+        candidate = (BadCase(trial, failing.raises, failing.why)
+                     if isinstance(failing, BadCase) else trial)
+        if admits is not None and not admits(candidate):
+            continue
+        try:
+            body(_copy(candidate))
+        except Exception as again:  # noqa: BLE001 - compared with the original failure
+            if _same_failure(failure, again):
+                case, failing, dropped = trial, candidate, [*dropped, name]
+    if not dropped:
+        return ""
+    stats.failing = failing
+    return (f"the minimal case leaves out {', '.join(dropped)}: it fails the same way without "
+            f"{'them' if len(dropped) > 1 else 'it'} (a replay runs the case as drawn)")
+
+
+def _optional_parameters(function: Callable[..., Any]) -> set[str]:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def _same_failure(first: BaseException, again: BaseException) -> bool:
+    if isinstance(again, HarnessError) or type(again) is not type(first):
+        return False
+    if isinstance(first, Mismatch):
+        return first.field == again.field and _headline(first) == _headline(again)
+    return True
+
+
+def _headline(mismatch: Mismatch) -> str:
+    """What kind of mismatch, without its values: 'loss_mask: values differ'."""
+    return ":".join(str(mismatch).split("\n", 1)[0].split(":", 2)[:2])
 
 
 def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: str = "cpu") -> None:

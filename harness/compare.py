@@ -187,7 +187,23 @@ def _diff_tensor(expected: Any, actual: Any, path: str, allow_device: bool):
     text = (f"values differ: first mismatch at {list(first)}: expected {e_val!r}, actual {a_val!r} "
             f"({int(differ.sum())} elements in {max(len(rows), 1)} row(s)); "
             f"shape {tuple(expected.shape)}, {expected.dtype}")
+    if expected.is_floating_point() and e_val == 0 and a_val == 0:
+        text += _beyond_signed_zeros(expected.detach().cpu(), actual.detach().cpu(), differ)
     return path, text, rows, columns
+
+
+def _beyond_signed_zeros(expected: torch.Tensor, actual: torch.Tensor,
+                         differ: torch.Tensor) -> str:
+    """When the first mismatch is 0.0 against -0.0: the first mismatch that is not a zero of the
+    other sign, or the news that there is none (a shifted row of zeros reads as pedantry)."""
+    zero_signs = differ & (expected == 0) & (actual == 0)
+    other = differ & ~zero_signs
+    if not bool(other.any()):
+        return (f"; the tensors differ only in the sign of zero ({int(zero_signs.sum())} "
+                "elements: -0.0 against 0.0)")
+    where = tuple(int(i) for i in other.nonzero()[0])
+    return (f"; first mismatch other than the sign of a zero at {list(where)}: expected "
+            f"{expected[where].item()!r}, actual {actual[where].item()!r}")
 
 
 def _rows_of_shape(expected: torch.Tensor, actual: torch.Tensor) -> list[int]:

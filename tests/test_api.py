@@ -60,6 +60,27 @@ def test_check_fails_with_the_report_on_a_divergence() -> None:
                         "property:positions": "pass"}
 
 
+def test_the_minimal_case_leaves_out_keywords_the_failure_does_not_need() -> None:
+    """Hypothesis shrinks values, not whether an optional keyword is passed: `check` drops each
+    one the failure does not depend on (without the drop, seeds 1-5 leave `max_seq_len` in)."""
+    def int32_mask(prompts, responses, **kwargs):
+        batch = build_rl_batch(prompts, responses, **kwargs)
+        batch["attention_mask"] = batch["attention_mask"].int()
+        return batch
+
+    with pytest.raises(batchproof.CheckFailed) as failed:
+        batchproof.check(int32_mask, "rl_batch.build_rl_batch", max_examples=20, seed=3,
+                         checks=["equivalence"])
+    (minimal,) = re.findall(r"minimal case: (.*)", str(failed.value))
+    assert re.fullmatch(r"build_rl_batch\(\[.*\], \[.*\], pad_token_id=-?\d+\)", minimal), minimal
+    for seed in range(1, 6):
+        with pytest.raises(batchproof.CheckFailed) as failed:
+            batchproof.check(_shifted, "rl_batch.build_rl_batch", max_examples=20, seed=seed,
+                             checks=["equivalence"])
+        (minimal,) = re.findall(r"minimal case: (.*)", str(failed.value))
+        assert "max_seq_len" not in minimal and "layout" not in minimal, minimal
+
+
 def test_check_scopes_forms_skips_and_outputs() -> None:
     def lists_only(prompts, responses, **kwargs):
         if not all(isinstance(row, list) for row in prompts):

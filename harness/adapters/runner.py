@@ -212,6 +212,18 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
                                targets=info.targets)
 
 
+def _admits(adapter: Adapter):
+    """Whether an input is one the search may report: in the adapter's domain and set aside by
+    no known divergence (what `keep` lets through, without counting)."""
+    def admits(case: Case | BadCase) -> bool:
+        kind = "errors" if isinstance(case, BadCase) else "valid"
+        inputs = case.case if isinstance(case, BadCase) else case
+        return adapter.supports(inputs) and not any(
+            k.concerns(kind) and k.applies(inputs) for k in adapter.known)
+
+    return admits
+
+
 def _compare_provided(compare, not_provided: tuple[str, ...]):
     """The record's comparator, blind to the outputs the target does not provide (on both
     sides: a target that does produce one is not faulted for it)."""
@@ -353,7 +365,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 # failure is Hypothesis' shrunk example, not a replay of a pin
                 record = info if check.startswith("pin:") else search
                 run_check(record, check, candidate, settings=quiet, stats=stats, seed=seed,
-                          reproduce=reproduce)
+                          reproduce=reproduce, admits=_admits(adapter))
             except Unsatisfiable:
                 outcome.status = "not tested"
                 outcome.detail = "every generated input met a known divergence or was outside " \
