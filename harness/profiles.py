@@ -9,13 +9,38 @@ deadlines flaky; pytest-timeout guards against hangs instead.
 Importing this module registers nothing: `register()` does, and only the places that opted in call
 it (the CLI, and the pytest plugin `batchproof.plugin` when a suite loads it). A user's test that
 imports batchproof keeps its own profiles, Hypothesis' own `ci` profile included.
+
+A shared example database (what a nightly fuzzing job found, replayed by every CI run and every
+developer) is named by the `BATCHPROOF_SHARED_DATABASE` variable:
+
+    github:OWNER/REPO[/ARTIFACT]   the latest GitHub Actions artifact of that name (default
+                                   `hypothesis-db`), read through Hypothesis'
+                                   `GitHubArtifactDatabase` (GITHUB_TOKEN for a private repo)
+    PATH                           a directory another machine writes (a network or synced folder)
+
+It is only ever read (`ReadOnlyDatabase`). With one set, `dev` and `nightly` read it beside their
+local `.hypothesis/examples`, and `ci` reads it alone: every check first replays what was saved
+for it. `ci` is then not derandomized (Hypothesis allows no database with `derandomize`, and
+ignores the database under pytest's `--hypothesis-seed`): its generated examples vary from run to
+run, and a failure prints its blob to replay. `mutation` never reads one. See docs/fuzzing.md.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    ExampleDatabase,
+    GitHubArtifactDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
+
+SHARED_DATABASE = "BATCHPROOF_SHARED_DATABASE"
+LOCAL_DATABASE = Path(".hypothesis") / "examples"  # Hypothesis' own default place
 
 _COMMON = dict(
     deadline=None,
@@ -28,7 +53,8 @@ PROFILES = {
     "dev": settings(max_examples=40, **_COMMON),
     # derandomized, no database: the same examples on every CI run
     "ci": settings(max_examples=60, derandomize=True, database=None, **_COMMON),
-    # many examples, randomized, database kept (uploaded as an artifact by gpu-nightly.yml)
+    # many examples, randomized, database kept (uploaded as the `hypothesis-db` artifact by the
+    # nightly workflows; CI reads the latest one through BATCHPROOF_SHARED_DATABASE)
     "nightly": settings(max_examples=1000, **_COMMON),
     # for the bug zoo and mutmut: derandomized, no shrinking, few examples, stop at first failure
     "mutation": settings(
@@ -44,9 +70,41 @@ PROFILES = {
 
 
 def register() -> None:
-    """Register batchproof's profiles with Hypothesis (idempotent); loads none of them."""
+    """Register batchproof's profiles with Hypothesis (idempotent); loads none of them. With a
+    shared database named in `BATCHPROOF_SHARED_DATABASE`, the profiles read it (module
+    docstring)."""
+    shared = shared_database(os.environ.get(SHARED_DATABASE, ""))
     for name, profile in PROFILES.items():
-        settings.register_profile(name, profile)
+        settings.register_profile(name, with_shared(name, profile, shared))
+
+
+def shared_database(spec: str) -> ExampleDatabase | None:
+    """The read-only database `spec` names (`github:OWNER/REPO[/ARTIFACT]` or a directory), or
+    None for "". A malformed `github:` spec is a `ValueError` naming the variable."""
+    spec = spec.strip()
+    if not spec:
+        return None
+    if spec.startswith("github:"):
+        parts = spec.removeprefix("github:").split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ValueError(f"{SHARED_DATABASE}={spec!r}: expected github:OWNER/REPO or "
+                             "github:OWNER/REPO/ARTIFACT")
+        owner, repo, *artifact = parts
+        return ReadOnlyDatabase(GitHubArtifactDatabase(
+            owner, repo, artifact_name=artifact[0] if artifact else "hypothesis-db"))
+    return ReadOnlyDatabase(DirectoryBasedExampleDatabase(spec))
+
+
+def with_shared(name: str, profile: settings, shared: ExampleDatabase | None) -> settings:
+    """`profile` reading `shared` too: `ci` reads it alone (and so gives up `derandomize`), the
+    others beside their local database; `mutation` never reads one (the zoo and mutmut must
+    see the same examples every run)."""
+    if shared is None or name == "mutation":
+        return profile
+    if name == "ci":
+        return settings(profile, derandomize=False, database=shared)
+    local = DirectoryBasedExampleDatabase(LOCAL_DATABASE)
+    return settings(profile, database=MultiplexedDatabase(local, shared))
 
 
 def default_profile() -> str:

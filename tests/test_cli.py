@@ -98,6 +98,12 @@ def test_a_usage_mistake_is_one_line_and_exit_2(argv, words, capsys, theirs) -> 
     assert words in _one_line_error(capsys)
 
 
+def test_a_malformed_shared_database_is_a_usage_mistake(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("BATCHPROOF_SHARED_DATABASE", "github:only-owner")
+    assert main(["verify", "--op", "balance.restore_order"]) == 2
+    assert "BATCHPROOF_SHARED_DATABASE" in _one_line_error(capsys)
+
+
 @pytest.mark.parametrize("impl", ["no_such_module_xyz:f", "json:no_such_function",
                                   "no_such_package_xyz"])
 def test_an_unimportable_target_is_one_line_and_exit_3(impl, capsys) -> None:

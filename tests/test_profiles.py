@@ -1,0 +1,71 @@
+"""Hypothesis profiles and the shared example database (docs/fuzzing.md): what a nightly run
+found is replayed by a CI run that reads the nightly database read-only."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase, GitHubArtifactDatabase
+
+from batchproof import profiles, registry
+from batchproof.checks import CheckStats, run_check
+from batchproof.impl.rl_batch import build_rl_batch
+
+
+def _long_response_bug(prompts, responses, **kwargs):
+    """Wrong only when some response has 3 tokens or more: never the first example of a run."""
+    batch = build_rl_batch(prompts, responses, **kwargs)
+    if any(len(r) >= 3 for r in responses):
+        batch["loss_mask"] = batch["loss_mask"].roll(1, dims=1)
+    return batch
+
+
+def _failure(profile: settings) -> BaseException | None:
+    try:
+        run_check(registry.get("rl_batch.build_rl_batch"), "equivalence", _long_response_bug,
+                  settings=profile, stats=CheckStats())
+    except AssertionError as err:
+        return err
+    return None
+
+
+def test_ci_replays_what_the_nightly_run_saved(tmp_path, monkeypatch) -> None:
+    nightly_db = tmp_path / "nightly"
+    searched = [Phase.reuse, Phase.generate, Phase.shrink]  # pins fail too, but are not saved
+    nightly = settings(profiles.PROFILES["nightly"], max_examples=200, phases=searched,
+                       database=DirectoryBasedExampleDatabase(nightly_db))
+    assert _failure(nightly) is not None  # found, shrunk and saved by the nightly run
+    saved = sorted(p for p in nightly_db.rglob("*") if p.is_file())
+    assert saved
+
+    one_example = dict(max_examples=1, phases=[Phase.reuse, Phase.generate])
+    alone = settings(profiles.PROFILES["ci"], **one_example)
+    assert _failure(alone) is None  # one derandomized example does not find it
+
+    shared = profiles.shared_database(str(nightly_db))
+    ci = settings(profiles.with_shared("ci", profiles.PROFILES["ci"], shared), **one_example)
+    assert _failure(ci) is not None  # the shared database brings it back
+    assert sorted(p for p in nightly_db.rglob("*") if p.is_file()) == saved  # read-only
+
+
+def test_shared_database_specs(monkeypatch) -> None:
+    assert profiles.shared_database("") is None
+    github = profiles.shared_database("github:octo/repo")._wrapped
+    assert isinstance(github, GitHubArtifactDatabase)
+    assert (github.owner, github.repo, github.artifact_name) == ("octo", "repo", "hypothesis-db")
+    assert profiles.shared_database("github:octo/repo/fuzz-db")._wrapped.artifact_name == "fuzz-db"
+    for bad in ("github:octo", "github:/repo", "github:a/b/c/d"):
+        with pytest.raises(ValueError, match="BATCHPROOF_SHARED_DATABASE"):
+            profiles.shared_database(bad)
+
+
+def test_profiles_read_the_shared_database_only_when_named(tmp_path) -> None:
+    shared = profiles.shared_database(str(tmp_path))
+    ci = profiles.with_shared("ci", profiles.PROFILES["ci"], shared)
+    assert ci.database is shared and not ci.derandomize
+    nightly = profiles.with_shared("nightly", profiles.PROFILES["nightly"], shared)
+    assert shared in nightly.database._wrapped  # beside the local one
+    for name, profile in profiles.PROFILES.items():
+        assert profiles.with_shared(name, profile, None) is profile
+    mutation = profiles.PROFILES["mutation"]
+    assert profiles.with_shared("mutation", mutation, shared) is mutation
