@@ -469,6 +469,8 @@ def _list_profiles() -> None:
 
 
 def mutate(args: argparse.Namespace) -> int:
+    if args.seeds is not None and not args.zoo:
+        raise UsageError("--seeds goes with --zoo (the detection rate of each zoo entry)")
     if args.impl:
         return mutate_target(args)
     if not (args.zoo or args.mutmut):
@@ -487,6 +489,8 @@ def mutate(args: argparse.Namespace) -> int:
     entries = [e for e in all_entries() if not args.op or e.op in args.op or e.record in args.op]
     if not entries:
         raise UsageError(f"no zoo entries for --op {args.op}; ops: {list(OP_MODULES)}")
+    if args.seeds is not None:
+        return zoo_detection(args, entries)
     started = time.perf_counter()
     with _progress() as progress:
         task = progress.add_task("bug zoo", total=len(entries))
@@ -524,6 +528,69 @@ def mutate(args: argparse.Namespace) -> int:
     if args.markdown:
         _write_matrix_markdown(args.markdown, results, entries_by_name, args.profile)
     return OK if bad == 0 else DIVERGENCE
+
+
+def zoo_detection(args: argparse.Namespace, entries) -> int:
+    """`mutate --zoo --seeds N`: the chance that one `dev` run kills each entry."""
+    from batchproof.mutate import DETECTION_PROFILE, DETECTION_TARGET, detection, weakest
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
+    started = time.perf_counter()
+    with _progress() as progress:
+        task = progress.add_task("bug zoo x seeds", total=len(entries) * args.seeds)
+        results = detection(entries, seeds=args.seeds, jobs=args.jobs, disabled=args.without,
+                            progress=lambda r: progress.advance(task))
+    table = Table(title=f"bug zoo detection — {args.seeds} seeds of profile={DETECTION_PROFILE}: "
+                        "the fraction of runs that kill each entry")
+    for column in ("entry", "killed", "weakest declared killer", "killers (fraction of runs)"):
+        table.add_column(column)
+    low = []
+    for found in results:
+        weak = weakest(found)
+        rate = f"{found.killed}/{found.seeds}"
+        if found.rate < DETECTION_TARGET:
+            low.append(found)
+            rate = f"[red]{rate}[/red]"
+        killers = ", ".join(f"{_short(k, found)} {n / found.seeds:.2f}"
+                            for k, n in found.by_check.items() if n)
+        table.add_row(found.entry, rate,
+                      f"{_short(weak[0], found)} {weak[1]:.2f}" if weak else "-", killers or "-")
+    console.print(table)
+    console.print(f"{len(results) - len(low)}/{len(results)} entries killed in >= "
+                  f"{DETECTION_TARGET:.0%} of {args.seeds} seeded runs, in "
+                  f"{time.perf_counter() - started:.1f}s" +
+                  (f"; below: {', '.join(f.entry for f in low)}" if low else ""))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([asdict(f) for f in results], handle, indent=2)
+    if args.markdown:
+        _write_detection_markdown(args.markdown, results, args.seeds)
+    return OK if not low else DIVERGENCE
+
+
+def _short(key: str, found) -> str:
+    """`equivalence` for the entry's own record, `rl_batch.response_values/errors` otherwise."""
+    from batchproof.zoo import get
+
+    record = get(found.entry).record
+    return key.split("/", 1)[1] if key.startswith(record + "/") else key
+
+
+def _write_detection_markdown(path, results, seeds: int) -> None:
+    from batchproof.mutate import DETECTION_PROFILE, weakest
+
+    lines = [f"| entry | runs that kill it (of {seeds}, `{DETECTION_PROFILE}`) | weakest declared "
+             "killer | every killer: fraction of runs |", "|---|---|---|---|"]
+    for found in results:
+        weak = weakest(found)
+        killers = ", ".join(f"{_short(k, found)} {n / seeds:.2f}"
+                            for k, n in found.by_check.items() if n)
+        lines.append(f"| `{found.entry}` | {found.killed}/{seeds} | "
+                     f"{f'{_short(weak[0], found)} {weak[1]:.2f}' if weak else '-'} | "
+                     f"{killers or '-'} |")
+    with open(path, "w") as handle:
+        handle.write("\n".join(lines) + "\n")
 
 
 def mutate_target(args: argparse.Namespace) -> int:
@@ -708,6 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--impl: examples per check for each mutant (default 20)")
     p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
     p.add_argument("--profile", default="mutation")
+    p.add_argument("--seeds", type=int, metavar="N",
+                   help="--zoo: run each entry under seeds 0..N-1 of the dev profile and report "
+                        "the fraction of runs that kill it (target: 0.95)")
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
     p.add_argument("--without", action="append", default=[],
                    help="disable a check (record/check), to see what it alone kills")

@@ -4,6 +4,10 @@ For each zoo entry the entry is planted (`harness.zoo.planted`) and every check 
 its op runs against it under the `mutation` Hypothesis profile (derandomized, no shrinking, few
 examples). A check *kills* the entry when it fails. An entry survives when no check fails; an
 entry is *misdeclared* when one of its declared killers does not fail on it.
+
+`detection(entries, seeds)` measures what one user run gets instead: each entry under each seed
+of the `dev` profile (40 random examples per check, pins included, no database, no shrinking),
+and per entry and per check the fraction of seeds whose run kills it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from batchproof import profiles, registry
 from batchproof.checks import run_check
@@ -58,10 +62,15 @@ def run_entry(
     checks: Sequence[tuple[str, str]] | None = None,
     profile: str = "mutation",
     disabled: Sequence[str] = (),
+    seed: int | None = None,
 ) -> EntryResult:
-    """Plant `entry` and run `checks` ((record, check) pairs; default: every check of its op)."""
+    """Plant `entry` and run `checks` ((record, check) pairs; default: every check of its op);
+    with `seed`, one seeded run of `profile` without database or shrinking (`detection`)."""
     profiles.load(profile)
     chosen = settings()
+    if seed is not None:
+        chosen = settings(chosen, database=None, report_multiple_bugs=False,
+                          phases=[Phase.explicit, Phase.generate])
     if checks is None:
         checks = [(info.name, c) for info in registry.select([entry.op])
                   for c in info.check_names()]
@@ -73,7 +82,7 @@ def run_entry(
         for record, check in checks:
             key = check_key(record, check)
             try:
-                run_check(registry.get(record), check, settings=chosen)
+                run_check(registry.get(record), check, settings=chosen, seed=seed)
             except Exception as exc:  # noqa: BLE001 - any failure kills the mutant
                 result.killed_by[key] = True
                 kind = "assert" if isinstance(exc, AssertionError) else "crash"
@@ -86,12 +95,12 @@ def run_entry(
 
 
 def _run_entry_by_name(name: str, profile: str, only_declared: bool,
-                       disabled: Sequence[str]) -> EntryResult:
+                       disabled: Sequence[str], seed: int | None = None) -> EntryResult:
     from batchproof import zoo
 
     entry = zoo.get(name)
     checks = entry.killer_checks() if only_declared else None
-    return run_entry(entry, checks, profile, disabled)
+    return run_entry(entry, checks, profile, disabled, seed)
 
 
 def kill_matrix(
@@ -125,6 +134,80 @@ def kill_matrix(
             if progress:
                 progress(done[pending[future]])
     return [done[e.name] for e in entries]
+
+
+DETECTION_PROFILE = "dev"
+DETECTION_TARGET = 0.95
+
+
+@dataclass
+class Detection:
+    """One entry under `seeds` seeded runs: how many killed it, in all and per check."""
+
+    entry: str
+    op: str
+    declared: list[str]
+    seeds: int
+    killed: int = 0  # runs in which some check failed
+    by_check: dict[str, int] = field(default_factory=dict)  # record/check -> runs it failed in
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.killed / self.seeds
+
+    def check_rate(self, key: str) -> float:
+        return self.by_check.get(key, 0) / self.seeds
+
+
+def detection(
+    entries: Sequence[ZooEntry] | None = None,
+    *,
+    seeds: int,
+    jobs: int | None = None,
+    disabled: Sequence[str] = (),
+    progress=None,
+) -> list[Detection]:
+    """Each entry under seeds 0 .. seeds-1 of the `dev` profile; one `Detection` per entry."""
+    if seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {seeds}")
+    entries = list(entries) if entries is not None else all_entries()
+    results = {e.name: Detection(e.name, e.op, [check_key(r, c) for r, c in e.killer_checks()],
+                                 seeds) for e in entries}
+
+    def add(run: EntryResult) -> None:
+        found = results[run.entry]
+        found.killed += run.killed
+        found.seconds += run.seconds
+        for key, hit in run.killed_by.items():
+            found.by_check[key] = found.by_check.get(key, 0) + hit
+        if progress:
+            progress(run)
+
+    runs = [(e.name, seed) for seed in range(seeds) for e in entries]
+    jobs = jobs or min(len(runs), os.cpu_count() or 1)
+    if jobs <= 1:
+        for name, seed in runs:
+            add(_run_entry_by_name(name, DETECTION_PROFILE, False, tuple(disabled), seed))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with futures.ProcessPoolExecutor(jobs, mp_context=context,
+                                         initializer=_single_thread) as pool:
+            pending = [pool.submit(_run_entry_by_name, name, DETECTION_PROFILE, False,
+                                   tuple(disabled), seed) for name, seed in runs]
+            for future in futures.as_completed(pending):
+                add(future.result())
+    for found in results.values():  # every check that ran, in a stable order
+        found.by_check = dict(sorted(found.by_check.items(), key=lambda kv: (-kv[1], kv[0])))
+    return [results[e.name] for e in entries]
+
+
+def weakest(found: Detection) -> tuple[str, float] | None:
+    """The declared killer that killed in the fewest seeds, with its rate."""
+    if not found.declared:
+        return None
+    key = min(found.declared, key=lambda k: (found.check_rate(k), k))
+    return key, found.check_rate(key)
 
 
 def _single_thread() -> None:

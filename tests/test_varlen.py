@@ -547,6 +547,7 @@ def test_contiguous_jagged_rows_are_not_unbound(monkeypatch) -> None:
         assert_identical(expected, actual)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")  # strided
 def test_nested_rows_that_are_not_contiguous_jagged_equal_the_reference() -> None:
     """Strided nested tensors, jagged tensors with holes and mixed-dtype tensor rows go through the
     per-row path and pack like the reference."""

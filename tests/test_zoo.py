@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from batchproof import registry
-from batchproof.mutate import check_key, run_entry
-from batchproof.zoo import all_entries
+from batchproof.cli import main
+from batchproof.mutate import check_key, detection, run_entry, weakest
+from batchproof.zoo import all_entries, get
 
 ENTRIES = all_entries()
 
@@ -51,3 +52,29 @@ def test_removing_a_property_lets_an_entry_survive(monkeypatch) -> None:
                         [p for p in info.properties if p.name != "last_n_entries"])
     result = run_entry(entry, profile="mutation")
     assert not result.killed, f"still killed by {[k for k, v in result.killed_by.items() if v]}"
+
+
+def test_detection_counts_the_seeded_runs_that_kill() -> None:
+    entry = get("trainer.mini_batch_ignores_n")
+    (found,) = detection([entry], seeds=2, jobs=1)
+    assert (found.seeds, found.killed) == (2, 2)
+    assert found.by_check[check_key("trainer.required_multiple", "pin:dp2_mini15_n8")] == 2
+    assert all(0 <= n <= 2 for n in found.by_check.values())
+    key, rate = weakest(found)
+    assert key in found.declared and rate == found.check_rate(key)
+    # with every check of its op disabled nothing can kill it: 0 of 2, and the CLI says so
+    every = [check_key(info.name, c) for info in registry.select([entry.op])
+             for c in info.check_names()]
+    (blind,) = detection([entry], seeds=2, jobs=1, disabled=every)
+    assert (blind.killed, blind.rate) == (0, 0.0)
+
+
+def test_detection_cli_fails_below_the_target(capsys) -> None:
+    argv = ["mutate", "--zoo", "--seeds", "1", "--op", "trainer.required_multiple", "--jobs", "1"]
+    assert main(argv) == 0
+    keys = [f"trainer.required_multiple/{c}"
+            for c in registry.get("trainer.required_multiple").check_names()]
+    without = [w for k in keys for w in ("--without", k)]
+    assert main(argv + without) == 1
+    assert "0/3 entries killed in >= 95% of 1 seeded runs" in capsys.readouterr().out
+    assert main(["mutate", "--mutmut", "--seeds", "2"]) == 2
