@@ -78,18 +78,25 @@ def pack_varlen_adapter(collator_class: Callable[..., Any]) -> Callable[..., Ten
         owner = out["seq_idx"].reshape(-1).to(torch.int64)
         if labels.numel() > owner.numel():  # labels longer than the row: owner unknown (-1)
             owner = torch.cat([owner, owner.new_full((labels.numel() - owner.numel(),), -1)])
-        td = TensorDict({
-            "input_ids": out["input_ids"],
-            "position_ids": out["position_ids"],
-            "cu_seqlens": out["cu_seq_lens_q"],
-            "predict_index": target - 1,
-            "target_index": target,
-            "sample_index": owner[target],
-        }, batch_size=[])
-        td.set_non_tensor("max_seqlen", out["max_length_q"])
-        return td
+        return flattened_batch(out, target, owner[target])
 
     return pack_varlen
+
+
+def flattened_batch(out: Any, target: torch.Tensor, sample_index: torch.Tensor) -> TensorDict:
+    """The contract's packed batch from a flattening collator's output (transformers' keys,
+    which TRL's padding-free collator shares): `target` the flat indices of the scored tokens,
+    `sample_index` the sample each belongs to."""
+    td = TensorDict({
+        "input_ids": out["input_ids"],
+        "position_ids": out["position_ids"],
+        "cu_seqlens": out["cu_seq_lens_q"],
+        "predict_index": target - 1,
+        "target_index": target,
+        "sample_index": sample_index,
+    }, batch_size=[])
+    td.set_non_tensor("max_seqlen", out["max_length_q"])
+    return td
 
 
 # --------------------------------------------------------------------------- input conditions

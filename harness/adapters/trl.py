@@ -41,6 +41,7 @@ import torch
 from tensordict import TensorDict
 
 from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.adapters.huggingface import flattened_batch
 from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
 from batchproof.ops.sft import ffd_cases
 from batchproof.ops.varlen import bad_pack_cases
@@ -100,16 +101,7 @@ def padding_free_adapter(collator_class: Callable[..., Any], *, packed: bool = F
         segments = out["seq_idx"][0].long()[target]
         owners = torch.tensor(samples + [-1] * (int(segments.max()) + 1 if segments.numel()
                                                 else 0), dtype=torch.int64)
-        td = TensorDict({
-            "input_ids": out["input_ids"],
-            "position_ids": out["position_ids"],
-            "cu_seqlens": out["cu_seq_lens_q"],
-            "predict_index": target - 1,
-            "target_index": target,
-            "sample_index": owners[segments],
-        }, batch_size=[])
-        td.set_non_tensor("max_seqlen", out["max_length_q"])
-        return td
+        return flattened_batch(out, target, owners[segments])
 
     return pack_varlen
 
