@@ -14,6 +14,7 @@ import torch
 from batchproof.impl import balance as _impl
 from batchproof.reference import balance as _reference
 from batchproof.zoo import ZooEntry
+from batchproof.zoo.sft import _ffd_variant
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _kk_ok = _impl.karmarkar_karp
@@ -25,9 +26,10 @@ _ulysses_ok = _impl.ulysses_pad
 _oracle_micro_ok = _reference.micro_batches
 
 
-def _kk(values, k, *, equal_size=False, pair=None, tie=1):
+def _kk(values, k, *, equal_size=False, pair=None, tie=1, count=1):
     """Largest differencing with knobs: `pair(i)` picks B's set for A's i-th set (correct:
-    k-1-i), `tie` orders equal values by index (+1 correct, -1 reversed)."""
+    k-1-i), `tie` orders equal values by index (+1 correct, -1 reversed), `count` orders sets of
+    equal sums by item count (+1 correct: more items first, -1: fewer items first)."""
     values = list(values.tolist() if isinstance(values, torch.Tensor) else values)
     if k < 1 or k > len(values) or (equal_size and len(values) % k):
         return _kk_ok(values, k, equal_size=equal_size)  # the real errors
@@ -35,10 +37,10 @@ def _kk(values, k, *, equal_size=False, pair=None, tie=1):
     items = sorted(((v, i) for i, v in enumerate(values)), key=lambda vi: (vi[0], tie * vi[1]))
 
     def state(sets):
-        sets = sorted(sets, key=lambda s: (s[0], len(s[1]), s[1]), reverse=True)
+        sets = sorted(sets, key=lambda s: (s[0], count * len(s[1]), s[1]), reverse=True)
         top = sets[0]
-        return (-(top[0] - sets[-1][0]), [-top[0], -len(top[1])], [(-i, -v) for i, v in top[1]],
-                id(sets), sets)
+        return (-(top[0] - sets[-1][0]), [-top[0], -count * len(top[1])],
+                [(-i, -v) for i, v in top[1]], sorted(i for st in sets for i, _ in st[1]), sets)
 
     if equal_size:
         heap = [state([(v, [(i, v)]) for v, i in items[s:s + k]])
@@ -59,6 +61,16 @@ def _largest_with_largest(values, k, *, equal_size=False):
 
 def _ties_reversed(values, k, *, equal_size=False):
     return _kk(values, k, equal_size=equal_size, tie=-1)
+
+
+def _fewer_items_first(values, k, *, equal_size=False):
+    _kk_ok(values, k, equal_size=equal_size)  # the real errors
+    return _kk(values, k, equal_size=equal_size, count=-1)
+
+
+def _oracle_ties_reversed(values, k, *, equal_size=False):
+    _kk_ok(values, k, equal_size=equal_size)  # the real errors
+    return _ties_reversed(values, k, equal_size=equal_size)
 
 
 def _drops_largest(values, k, *, equal_size=False):
@@ -96,6 +108,11 @@ def _partitions_unsorted(values, k, *, equal_size=False):
     return _kk_ok(values, k, equal_size=equal_size)
 
 
+def _partitions_by_first_index(values, k, *, equal_size=False):
+    """Partitions ordered by their smallest index instead of karmarkar_karp's set order."""
+    return sorted(_partitions_ok(values, k, equal_size=equal_size), key=lambda p: p[0])
+
+
 def _budget_only_chooses_count(lengths, max_tokens, *, min_count=None, count_multiple=None,
                                group_size=1):
     """verl `rearrange_micro_batches`: the budget picks the count, balancing decides the rest."""
@@ -127,6 +144,50 @@ def _first_fit_only(lengths, max_tokens, *, min_count=None, count_multiple=None,
     bins = ffd_bins(sums, max_tokens, min_bins=min_count or 1, bin_multiple=count_multiple or 1)
     return [sorted(s for g in b for s in range(g * group_size, (g + 1) * group_size))
             for b in bins]
+
+
+def _micro(lengths, max_tokens, *, min_count=None, count_multiple=None, group_size=1,
+           balance_by="tokens", donor="count", order="contract"):
+    """The contract's micro_batches with one rule swapped: `balance_by` "samples" balances the
+    group count per micro-batch instead of its tokens, `donor` "tokens" splits the bin holding
+    the most tokens (not the most items) when the count must grow, `order` "first_index" sorts
+    the micro-batches by their first sample."""
+    _micro_ok(lengths, max_tokens, min_count=min_count, count_multiple=count_multiple,
+              group_size=group_size)  # the real errors
+    lengths = list(lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+    sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
+    step = count_multiple or 1
+    count = -(-max(-(-sum(sums) // max_tokens), min_count or 1) // step) * step
+    chosen = fallback = _ffd_variant(sums, max_tokens, min_bins=min_count or 1,
+                                     bin_multiple=step, donor=donor)
+    while count < len(fallback):
+        weights = sums if balance_by == "tokens" else [1] * len(sums)
+        partitions = _partitions_ok(weights, count)
+        if all(sum(sums[g] for g in p) <= max_tokens for p in partitions):
+            chosen = partitions
+            break
+        count += step
+    out = [sorted(s for g in p for s in range(g * group_size, (g + 1) * group_size))
+           for p in chosen]
+    return sorted(out, key=lambda b: b[0]) if order == "first_index" else out
+
+
+def _balanced_by_sample_count(lengths, max_tokens, **kwargs):
+    return _micro(lengths, max_tokens, balance_by="samples", **kwargs)
+
+
+def _split_heaviest_bin(lengths, max_tokens, **kwargs):
+    return _micro(lengths, max_tokens, donor="tokens", **kwargs)
+
+
+def _micro_batches_by_first_index(lengths, max_tokens, **kwargs):
+    return _micro(lengths, max_tokens, order="first_index", **kwargs)
+
+
+def _budget_exclusive(lengths, max_tokens, **kwargs):
+    """The budget read as an exclusive bound: every micro-batch holds fewer than max_tokens."""
+    _micro_ok(lengths, max_tokens, **kwargs)  # the real errors
+    return _micro_ok(lengths, max_tokens - 1, **kwargs)
 
 
 def _groups_split(lengths, max_tokens, *, group_size=1, **kwargs):
@@ -167,6 +228,11 @@ def _restore_forward(outputs, micro_batches):
 def _sp_minus_remainder(length, sp_size):
     _ulysses_ok(length, sp_size)  # the real errors
     return sp_size - length % sp_size
+
+
+def _padded_length(length, sp_size):
+    """The padded length N + pad instead of the pad count."""
+    return length + _ulysses_ok(length, sp_size)
 
 
 def _with_tail(packed, sp_size, *, pad, positions=None, left=False):
@@ -300,4 +366,57 @@ ENTRIES = [
     _entry("sp_max_seqlen_stale", "pad_for_sequence_parallel",
            "max_seqlen not raised for a pad segment longer than every sample",
            ("property:segments", "pin:pad_longer_than_samples"), _max_seqlen_stale),
+    # spec choices (balance.md, "Spec choices"): the plausible other rule, planted in the
+    # reference too, so only the properties and the literal pins can tell it from the contract
+    _entry("oracle_kk_ties_reversed", "karmarkar_karp",
+           "spec choice: equal values visited by descending index instead of ascending",
+           ("pin:spec_example_100_and_ones_equal",), _oracle_ties_reversed, oracle=True),
+    _entry("oracle_kk_fewer_items_first", "karmarkar_karp",
+           "spec choice: of two sets with equal sums the one with fewer items ranks first "
+           "(an empty set above a zero-valued one)",
+           ("property:descending", "pin:zeros_and_ties"), _fewer_items_first, oracle=True),
+    _entry("oracle_kk_ascending_sets", "karmarkar_karp",
+           "spec choice: the result's sets smallest first instead of descending set order",
+           ("property:descending", "pin:spec_example_1_to_8"), _ascending_sets, oracle=True),
+    _entry("oracle_partitions_by_first_index", "balanced_partitions",
+           "spec choice: partitions ordered by their smallest index instead of karmarkar_karp's "
+           "descending set order", ("pin:greedy_empty_on_zeros",),
+           _partitions_by_first_index, oracle=True),
+    _entry("oracle_balanced_by_sample_count", "micro_batches",
+           "spec choice: the balanced attempt evens out the number of samples per micro-batch "
+           "instead of their tokens", ("pin:balanced_beats_first_fit",),
+           _balanced_by_sample_count, oracle=True),
+    _entry("oracle_first_fit_only", "micro_batches",
+           "spec choice: first-fit-decreasing bins always, no balanced attempt at the fewest "
+           "count", ("pin:balanced_beats_first_fit",), _first_fit_only, oracle=True),
+    _entry("oracle_split_heaviest_bin", "micro_batches",
+           "spec choice: when min_count / count_multiple raise the count, the bin holding the "
+           "most tokens is split instead of the one holding the most items",
+           ("pin:groups_with_count_multiple",), _split_heaviest_bin, oracle=True),
+    _entry("oracle_micro_batches_by_first_index", "micro_batches",
+           "spec choice: micro-batches sorted by their first sample instead of the order "
+           "balanced_partitions / ffd_bins produced them",
+           ("pin:verl_budget_only_count", "pin:balanced_beats_first_fit"),
+           _micro_batches_by_first_index, oracle=True),
+    _entry("oracle_budget_exclusive", "micro_batches",
+           "spec choice: max_tokens as an exclusive bound (< instead of <=): a micro-batch of "
+           "exactly max_tokens tokens is not allowed", ("pin:balanced_beats_first_fit",),
+           _budget_exclusive, oracle=True),
+    _entry("oracle_ulysses_padded_length", "ulysses_pad",
+           "spec choice: the padded length N + pad returned instead of the pad count",
+           ("property:pad_range", "pin:divisible_length"), _padded_length, oracle=True),
+    _entry("oracle_sp_pad_on_left", "pad_for_sequence_parallel",
+           "spec choice: the pad prepended instead of appended", ("property:chunk_roundtrip",),
+           _pad_on_left, oracle=True),
+    _entry("oracle_sp_pad_positions_continue", "pad_for_sequence_parallel",
+           "spec choice: pad positions continue the last sample instead of restarting at 0",
+           ("property:pad_segment",), _pad_positions_continue, oracle=True),
+    _entry("oracle_sp_boundary_without_pad", "pad_for_sequence_parallel",
+           "spec choice: the boundary N + pad appended to cu_seqlens even when pad == 0",
+           ("property:segments", "pin:divisible_needs_no_pad"), _boundary_without_pad,
+           oracle=True),
+    _entry("oracle_sp_max_seqlen_stale", "pad_for_sequence_parallel",
+           "spec choice: max_seqlen counts the samples only, not a longer pad segment",
+           ("property:segments", "pin:pad_longer_than_samples"), _max_seqlen_stale,
+           oracle=True),
 ]

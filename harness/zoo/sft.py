@@ -71,8 +71,12 @@ def _scale(total: float) -> torch.Tensor:
 
 
 def _ffd_variant(lengths, capacity, *, min_bins=1, bin_multiple=1, ties="larger", slack=0,
-                 adjust="move"):
-    """The reference algorithm with one knob turned (see the entries below)."""
+                 adjust="move", donor="count", take="last", drain=True):
+    """The reference algorithm with one knob turned (see the entries below). The adjustment's
+    knobs: `donor` orders the bins to split by item count ("count", the contract) or by token
+    sum ("tokens"); `take` moves the donor's "last" (the contract) or "first" item; `drain`
+    keeps the cursor on one donor until it holds one item (the contract) instead of moving on
+    after each new bin."""
     lengths = _impl._check_lengths(lengths, capacity, min_bins, bin_multiple)
     sign = 1 if ties == "larger" else -1
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], sign * i), reverse=True)
@@ -93,14 +97,19 @@ def _ffd_variant(lengths, capacity, *, min_bins=1, bin_multiple=1, ties="larger"
         raise ValueError(f"cannot create {target} bins from {len(lengths)} sequences")
     if adjust == "empty":
         return bins + [[] for _ in range(target - len(bins))]
-    donors = sorted(range(len(bins)), key=lambda b: (len(bins[b]), b), reverse=True)
+    def weight(b):
+        return len(bins[b]) if donor == "count" else sum(lengths[i] for i in bins[b])
+
+    donors = sorted(range(len(bins)), key=lambda b: (weight(b), b), reverse=True)
     if adjust == "copy":  # the donor never shrinks: every new bin repeats its last item
         return bins + [[bins[donors[0]][-1]] for _ in range(target - len(bins))]
     cursor = 0
     for _ in range(target - len(bins)):
-        while len(bins[donors[cursor]]) <= 1:
+        while len(bins[donors[cursor % len(donors)]]) <= 1:
             cursor += 1
-        bins.append([bins[donors[cursor]].pop()])
+        bins.append([bins[donors[cursor % len(donors)]].pop(-1 if take == "last" else 0)])
+        if not drain:
+            cursor += 1
     return bins
 
 
