@@ -409,6 +409,12 @@ def _expect_masks_from_lengths(case: Case, td) -> None:
             f"attention_mask must come from lengths, got {td['attention_mask'].tolist()}")
 
 
+def _expect_literal(key: str, rows: list):
+    def expect(case: Case, td) -> None:
+        _assert(td[key].tolist() == rows, f"{key} {td[key].tolist()} != {rows}")
+    return expect
+
+
 BUILD_PINS = [
     Pin("two_segment_width_inflation", ANTI_CORRELATED,
         "legacy layout padded prompts and responses separately: width max p + max r (10 here) "
@@ -419,14 +425,22 @@ BUILD_PINS = [
         _expect_masks_from_lengths),
     Pin("scalar_reward_on_last_token",
         Case(([[1, 2], [3]], [[4], [5, 6, 7]]), {"pad_token_id": 0, "rewards": [1.5, -2.0]}),
-        "a scalar reward belongs on the row's last response token (column R-1 in the left layout)"),
+        "a scalar reward belongs on the row's last response token (column R-1 in the left "
+        "layout), not its first; response tensors right-aligned",
+        _expect_literal("rewards", [[0.0, 0.0, 1.5], [0.0, 0.0, -2.0]])),
     Pin("empty_response_and_empty_row",
         Case(([[1, 2], [], []], [[], [3], []]), {"pad_token_id": 0, "rewards": [0.5, 1.0, 2.0],
                                                 "layout": "two_segment"}),
-        "empty responses, an empty prompt and an all-pad row (p + r == 0) are legal"),
+        "empty responses, an empty prompt and an all-pad row (p + r == 0) are legal; a scalar "
+        "reward of a row without response tokens is dropped, not an error",
+        _expect_literal("rewards", [[0.0], [1.0], [0.0]])),
     Pin("max_seq_len_never_truncates",
         Case(([[1, 2, 3], [4]], [[5, 6], [7]]), {"pad_token_id": 0, "max_seq_len": 3}),
         "a width over max_seq_len is logged, never truncated (truncation silently drops tokens)"),
+    Pin("max_seq_len_equal_to_width",
+        Case(([[1, 2, 3], [4]], [[5, 6], [7]]), {"pad_token_id": 0, "max_seq_len": 5}),
+        "the bound is exclusive: T == max_seq_len (5) fits and logs nothing; only T > "
+        "max_seq_len warns (property max_seq_len_only_warns runs on this case)"),
     Pin("loss_mask_length_mismatch",
         BadCase(Case(([[1], [2]], [[3, 4], [5]]), {"pad_token_id": 0,
                                                    "loss_masks": [[1, 1], [1, 1]]}),

@@ -6,6 +6,8 @@ each stays a few lines long and obviously wrong in exactly one way.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from batchproof.impl import rl_batch as _impl
@@ -173,6 +175,107 @@ def _none_values_as_nan(prompts, responses, **kwargs):
     return _build(prompts, responses, **kwargs)
 
 
+# --------------------------------------------------------------------------- spec choices
+# The other plausible rule for each choice of rl_batch.md's "Spec choices", planted in the
+# reference too (oracle=True): only properties and literal pins can tell it from the contract.
+
+
+def _is_scalar(value) -> bool:
+    return not isinstance(value, (list, tuple)) and not (
+        isinstance(value, torch.Tensor) and value.dim() >= 1)
+
+
+def _left_values_left_aligned(prompts, responses, **kwargs):
+    """The left layout's response tensors left-aligned (the two-segment rule): response column
+    j holds response token j instead of sitting under sequence column T-R+j."""
+    td = _build(prompts, responses, **kwargs)
+    width = td["response_mask"].shape[1]
+    if td.get_non_tensor("layout") != "left" or width == 0:
+        return td
+    lengths = td["response_mask"].sum(1).tolist()
+    for key in ("response_mask", "loss_mask", "rewards", "rollout_logprobs"):
+        if key in td.keys():
+            td[key] = torch.stack([torch.roll(row, n - width) for row, n in zip(td[key], lengths)])
+    return td
+
+
+def _left_layout_right_padded(prompts, responses, **kwargs):
+    """Each row one right-padded block (tokens from column 0, pad after them), the Hugging Face
+    tokenizer default, instead of left-padded."""
+    td = _build(prompts, responses, **kwargs)
+    if td.get_non_tensor("layout") != "left":
+        return td
+    width = td["input_ids"].shape[1]
+    real = td["attention_mask"].sum(1).tolist()
+    for key in ("input_ids", "attention_mask"):
+        td[key] = torch.stack([torch.roll(row, n - width) for row, n in zip(td[key], real)])
+    td["position_ids"] = (torch.cumsum(td["attention_mask"], 1) - 1).clamp(min=0)
+    return td
+
+
+def _scalar_reward_on_first_token(prompts, responses, **kwargs):
+    """A scalar reward written on the row's first response token instead of its last."""
+    td = _build(prompts, responses, **kwargs)
+    rewards = kwargs.get("rewards")
+    if not isinstance(rewards, (list, tuple)):
+        return td
+    left = td.get_non_tensor("layout") == "left"
+    width = td["rewards"].shape[1]
+    for i, value in enumerate(rewards):
+        r = len(responses[i])
+        if r == 0 or not _is_scalar(value):
+            continue
+        last, first = (width - 1, width - r) if left else (r - 1, 0)
+        moved = td["rewards"][i, last].clone()
+        td["rewards"][i, last] = 0.0
+        td["rewards"][i, first] = moved
+    return td
+
+
+def _scalar_reward_needs_response(prompts, responses, **kwargs):
+    """A scalar reward of a row without response tokens rejected instead of dropped."""
+    td = _build(prompts, responses, **kwargs)  # the real errors first
+    rewards = kwargs.get("rewards")
+    if isinstance(rewards, (list, tuple)):
+        for i, value in enumerate(rewards):
+            if _is_scalar(value) and len(responses[i]) == 0:
+                raise ValueError(f"rewards[{i}] is a scalar but responses[{i}] is empty")
+    return td
+
+
+def _pad_positions_one(prompts, responses, **kwargs):
+    """Hugging Face's `position_ids.masked_fill_(attention_mask == 0, 1)`: pad columns get
+    position 1 instead of max(cumsum - 1, 0)."""
+    td = _build(prompts, responses, **kwargs)
+    mask = td["attention_mask"]
+    td["position_ids"] = torch.where(mask == 1, torch.cumsum(mask, 1) - 1, torch.ones_like(mask))
+    return td
+
+
+def _loss_mask_int64(prompts, responses, **kwargs):
+    """Without loss_masks, loss_mask is the response_mask itself (int64), not its float32 copy."""
+    td = _build(prompts, responses, **kwargs)
+    if kwargs.get("loss_masks") is None:
+        td["loss_mask"] = td["response_mask"].clone()
+    return td
+
+
+def _warns_at_max_seq_len(prompts, responses, **kwargs):
+    """max_seq_len read as an inclusive limit: T == max_seq_len warns too."""
+    td = _build(prompts, responses, **kwargs)
+    limit, width = kwargs.get("max_seq_len"), td["input_ids"].shape[1]
+    if limit is not None and width == limit:
+        logging.getLogger(_impl.__name__).warning(
+            "sequence width %d reaches max_seq_len %s", width, limit)
+    return td
+
+
+def _choice(name, bug, killers, replacement) -> ZooEntry:
+    return ZooEntry(name=f"rl_batch.{name}", op="rl_batch", function="build_rl_batch",
+                    bug=f"spec choice: {bug}", killers=killers, replacement=replacement,
+                    oracle=True)
+
+
 ENTRIES = [
     ZooEntry(
         name="rl_batch.left_aligned_slice",
@@ -299,4 +402,30 @@ ENTRIES = [
         killers=("pin:none_per_token_value",),
         replacement=_none_values_as_nan,
     ),
+    _choice("oracle_left_layout_values_left_aligned",
+            "response tensors of the left layout left-aligned (column j = response token j) "
+            "instead of right-aligned under the last R sequence columns",
+            ("property:masks_are_steps", "property:alignment",
+             "pin:scalar_reward_on_last_token"), _left_values_left_aligned),
+    _choice("oracle_left_layout_right_padded",
+            "each row of the left layout one right-padded block (pad after the response) "
+            "instead of left-padded", ("property:masks_are_steps", "property:alignment",
+                                       "pin:mask_from_token_not_pad"),
+            _left_layout_right_padded),
+    _choice("oracle_scalar_reward_on_first_token",
+            "a scalar reward on the row's first response token instead of its last",
+            ("property:alignment", "pin:scalar_reward_on_last_token"),
+            _scalar_reward_on_first_token),
+    _choice("oracle_scalar_reward_needs_response",
+            "a scalar reward of a row with an empty response rejected (ValueError) instead of "
+            "dropped", ("pin:empty_response_and_empty_row",), _scalar_reward_needs_response),
+    _choice("oracle_pad_positions_one",
+            "pad columns at position 1 (Hugging Face's masked_fill) instead of "
+            "max(cumsum - 1, 0)", ("property:positions",), _pad_positions_one),
+    _choice("oracle_loss_mask_int64",
+            "without loss_masks, loss_mask is the int64 response_mask instead of a float32 "
+            "copy", ("property:shapes_and_dtypes",), _loss_mask_int64),
+    _choice("oracle_warns_at_max_seq_len",
+            "max_seq_len an inclusive limit: T == max_seq_len warns too",
+            ("property:max_seq_len_only_warns",), _warns_at_max_seq_len),
 ]
