@@ -11,6 +11,8 @@
     batchproof mutate --zoo [--op NAME ...] [--jobs N] [--without CHECK ...] [--json FILE]
     batchproof mutate --mutmut [--op NAME ...] [--since GIT_REV]   (in a clone of the repository)
     batchproof bench [--op NAME ...] [--device cpu|cuda] [--quick] [--json FILE]
+    batchproof fuzz [--op NAME ...] [--check NAME ...] [-n WORKERS] [--profile nightly|dev]
+                    [--dashboard [--port N]]   (HypoFuzz, until stopped: docs/fuzzing.md)
 
 Exit status: 0 every check passed (mutate: every planted bug or mutant was killed); 1 a divergence
 was found (mutate: one survived); 2 a usage error; 3 the target could not be imported, or
@@ -25,6 +27,7 @@ import importlib.util
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -63,6 +66,7 @@ class CheckResult:
     device: str
     error: str = ""
     notes: list[str] = field(default_factory=list)
+    placement: str = ""  # kernel, cpu, generic (the CPU's code paths), any (one path), cuda
     minimal: str = ""
     replay: str = ""
 
@@ -176,8 +180,8 @@ def reproduce_of(blob: str | None) -> tuple[str, str] | None:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from batchproof import report
-    from batchproof.checks import CheckStats, run_check
+    measure = _start_coverage() if args.coverage else None
+    from batchproof import placements
 
     if args.device == "cuda":
         _need_cuda()
@@ -195,39 +199,38 @@ def verify(args: argparse.Namespace) -> int:
     candidates = {i.name: resolve_candidate(i, args.impl) for i in infos}
     chosen = run_settings(args.max_examples)
     reproduce = reproduce_of(args.reproduce)
+    where = _placements(args)
     results: list[CheckResult] = []
     started = time.perf_counter()
     with _progress() as progress:
         for op in dict.fromkeys(i.op for i in infos):
             records = [i for i in infos if i.op == op]
-            task = progress.add_task(op, total=sum(len(wanted[i.name]) for i in records))
+            task = progress.add_task(op, total=sum(_runs(wanted[i.name], where)
+                                                    for i in records))
             for info in records:
-                for check in wanted[info.name]:
-                    progress.update(task, description=f"{op}: {info.function} {check}")
-                    stats = CheckStats()
-                    t0 = time.perf_counter()
-                    result = CheckResult(op, info.function, check, "pass", 0, 0.0, args.device)
-                    try:
-                        run_check(info, check, candidates[info.name], settings=chosen,
-                                  device=args.device, stats=stats, seed=args.seed,
-                                  reproduce=reproduce)
-                    except Exception as exc:  # noqa: BLE001 - reported, not raised
-                        failure = report.describe(exc, stats, info.function)
-                        failure.blob = failure.blob or args.reproduce or ""  # a replayed one
-                        result.status = "fail" if failure.kind == "divergence" else "error"
-                        result.error, result.notes = failure.message, failure.notes
-                        result.minimal = failure.minimal
-                        result.replay = report.command(
-                            _verify_words(args, info.name) + report.replay_words(check, failure))
-                    result.examples, result.seconds = stats.examples, time.perf_counter() - t0
-                    if result.passed:
-                        result.notes = list(stats.notes)  # e.g. a replay that passes now
-                    if result.passed and result.examples == 0:
-                        result.status = "not tested"
-                    results.append(result)
-                    progress.advance(task)
+                one_path = False
+                for placement in where:
+                    if placement != where[0] and one_path:
+                        # the op's code never asked where it runs: one path, checked once
+                        progress.advance(task, _runs(wanted[info.name], where)
+                                         - len(wanted[info.name]))
+                        break
+                    asked = placements.asked()
+                    for check in wanted[info.name]:
+                        if placement != where[0] and not _every_placement(check):
+                            continue
+                        progress.update(task, description=f"{op}: {info.function} {check}"
+                                        + (f" [{placement}]" if len(where) > 1 else ""))
+                        results.append(_verify_one(args, info, check, candidates[info.name],
+                                                   placement, chosen, reproduce))
+                        progress.advance(task)
+                    one_path = placements.asked() == asked
+                    if len(where) > 1 and one_path and placement == where[0]:
+                        for r in results[-len(wanted[info.name]):]:
+                            r.placement = "any"
             progress.update(task, description=op)
     _print_summary(results, profile, args, time.perf_counter() - started, left_out)
+    covered = _finish_coverage(measure) if measure is not None else None
     code = exit_code(results)
     if args.json:
         verdict = {OK: "pass", DIVERGENCE: "divergence", HARNESS: "error"}[code]
@@ -235,10 +238,109 @@ def verify(args: argparse.Namespace) -> int:
                     "passed": code == OK, "verdict": verdict, "exit_status": code,
                     "not_run": {i.name: i.missing() for i in left_out},
                     "checks": [asdict(r) | {"passed": r.passed} for r in results]}
+        if covered is not None:
+            from batchproof import branch_coverage
+
+            document["coverage"] = branch_coverage.as_json(covered)
         with open(args.json, "w") as handle:
             json.dump(document, handle, indent=2)
         say(f"report written to {args.json}")
     return code
+
+
+def _start_coverage():
+    from batchproof import branch_coverage
+
+    if not branch_coverage.available():
+        raise UsageError(branch_coverage.MISSING)
+    try:
+        return branch_coverage.start()
+    except RuntimeError as err:  # an in-process caller that imported impl/ already
+        raise UsageError(f"--coverage: {err}") from None
+
+
+def _finish_coverage(measure):
+    """Stop measuring; print per file the branches taken and those never taken."""
+    from batchproof import branch_coverage
+
+    files = branch_coverage.finish(measure)
+    table = Table(title="branch coverage of this run (coverage.py, branch mode; the kernels run "
+                        "as Python while measured)")
+    for column in ("file", "statements", "branches", "taken", "%", "branches not taken"):
+        table.add_column(column, justify="left" if column in ("file", "branches not taken")
+                         else "right")
+    for f in files:
+        table.add_row(f.name, str(f.statements), str(f.branches), str(f.taken),
+                      f"{f.percent:.1f}", ", ".join(f.missing_branches))
+    console.print(table)
+    for top in ("impl", "reference"):
+        taken, branches = branch_coverage.totals(files, top)
+        if branches:
+            say(f"{top}/: {taken}/{branches} branches taken ({100.0 * taken / branches:.1f}%)")
+    return files
+
+
+def _placements(args: argparse.Namespace) -> list[str]:
+    """The placements to verify, the default one first: every one this machine runs for the
+    built-in impl (`--placement all`), or the one named; another implementation has one."""
+    from batchproof import placements
+
+    available = placements.available(args.device)
+    if args.impl != "impl" or args.device != "cpu":
+        if args.placement not in ("all", available[0]):
+            raise UsageError(f"--placement {args.placement}: only batchproof's own impl on the "
+                             "CPU has placements")
+        return available[:1]
+    if args.placement == "all":
+        return available
+    if args.placement not in available:
+        raise UsageError(f"--placement {args.placement}: not available here "
+                         f"(available: {', '.join(available)}; kernel needs numba: "
+                         "pip install 'batchproof[kernels]')")
+    return [args.placement]
+
+
+def _runs(checks: Sequence[str], where: Sequence[str]) -> int:
+    """How many check runs a record's checks make over the placements."""
+    return len(checks) + (len(where) - 1) * sum(map(_every_placement, checks))
+
+
+def _every_placement(check: str) -> bool:
+    """The checks run again on each placement beyond the default: those comparing the candidate
+    with the reference (equivalence on every input form, error parity, the pins). A property
+    of an output equal to the reference's holds on it already."""
+    return check in ("equivalence", "errors") or check.startswith("pin:")
+
+
+def _verify_one(args, info, check: str, candidate, placement: str, chosen,
+                reproduce) -> CheckResult:
+    from batchproof import placements, report
+    from batchproof.checks import CheckStats, run_check
+
+    stats = CheckStats()
+    t0 = time.perf_counter()
+    result = CheckResult(info.op, info.function, check, "pass", 0, 0.0, args.device,
+                         placement=placement)
+    try:
+        with placements.placed(placement):
+            run_check(info, check, candidate, settings=chosen, device=args.device,
+                      stats=stats, seed=args.seed, reproduce=reproduce)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        failure = report.describe(exc, stats, info.function)
+        failure.blob = failure.blob or args.reproduce or ""  # a replayed one
+        result.status = "fail" if failure.kind == "divergence" else "error"
+        result.error, result.notes = failure.message, failure.notes
+        result.minimal = failure.minimal
+        words = _verify_words(args, info.name)
+        if placement in placements.PLACEMENTS:
+            words += ["--placement", placement]
+        result.replay = report.command(words + report.replay_words(check, failure))
+    result.examples, result.seconds = stats.examples, time.perf_counter() - t0
+    if result.passed:
+        result.notes = list(stats.notes)  # e.g. a replay that passes now
+    if result.passed and result.examples == 0:
+        result.status = "not tested"
+    return result
 
 
 def exit_code(results: Sequence[CheckResult]) -> int:
@@ -296,26 +398,25 @@ def _badge(status: str, count: int = 0) -> str:
 
 
 def _print_summary(results, profile, args, seconds, left_out) -> None:
-    from batchproof.impl import kernels
-
-    placement = "numba kernels" if kernels.available() else "torch (no numba)"
     table = Table(title=f"batchproof verify — impl={args.impl}, profile={profile}, "
-                        f"device={args.device}, CPU path: {placement}")
-    for column in ("op", "function", "checks", "examples", "device", "result", "time"):
+                        f"device={args.device}")
+    for column in ("op", "function", "placement", "checks", "examples", "result", "time"):
         table.add_column(column, justify="right" if column in ("checks", "examples", "time")
                          else "left")
-    keys = list(dict.fromkeys((r.op, r.function) for r in results))
-    for op, function in keys:
-        rows = [r for r in results if (r.op, r.function) == (op, function)]
+    keys = list(dict.fromkeys((r.op, r.function, r.placement) for r in results))
+    for op, function, placement in keys:
+        rows = [r for r in results if (r.op, r.function, r.placement) == (op, function, placement)]
         bad = [r for r in rows if not r.passed]
         statuses = sorted({r.status for r in bad}, key=list(_COLOUR).index)
         verdict = " ".join(_badge(s, sum(r.status == s for r in bad)) for s in statuses) \
             if bad else _badge("pass")
-        table.add_row(op, function, str(len(rows)), str(sum(r.examples for r in rows)),
-                      args.device, verdict, f"{sum(r.seconds for r in rows):.1f}s")
+        table.add_row(op, function, placement, str(len(rows)), str(sum(r.examples for r in rows)),
+                      verdict, f"{sum(r.seconds for r in rows):.1f}s")
     console.print(table)
+    _print_placement_legend({r.placement for r in results})
     for r in (r for r in results if not r.passed):
-        console.rule(f"{r.op}.{r.function} — {r.check} ({r.status})", style="red")
+        where = f" on {r.placement}" if r.placement not in ("", "any", args.device) else ""
+        console.rule(f"{r.op}.{r.function} — {r.check}{where} ({r.status})", style="red")
         for line in [r.error, *r.notes]:
             say(line)
         if r.status == "not tested":
@@ -335,6 +436,17 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
     console.print(f"[{colour}]{passed}/{len(results)} checks passed[/{colour}]"
                   f"{f' ({extra})' if extra else ''} in {seconds:.1f}s"
                   + (f"; {len(left_out)} record(s) not run" if left_out else ""))
+
+
+def _print_placement_legend(shown: set[str]) -> None:
+    from batchproof.placements import PLACEMENTS
+
+    named = [f"{name} = {what}" for name, what in PLACEMENTS.items() if name in shown]
+    if named:
+        say("placements: " + "; ".join(named) + (
+            "; any = the op has one code path (it never asks where it runs)"
+            if "any" in shown else "") + ". Equivalence, errors and pins run on each; "
+            "properties on the first.")
 
 
 # --------------------------------------------------------------------------- show
@@ -387,14 +499,15 @@ def _print_tensors(output: Any) -> None:
 
 # --------------------------------------------------------------------------- list
 
-LISTS = ("ops", "records", "checks", "adapters", "profiles")
+LISTS = ("ops", "records", "checks", "adapters", "profiles", "placements")
 
 
 def list_things(args: argparse.Namespace) -> int:
     wanted = [args.what] if args.what else list(LISTS)
     for what in wanted:
         {"ops": _list_ops, "records": _list_records, "checks": _list_checks,
-         "adapters": _list_adapters, "profiles": _list_profiles}[what]()
+         "adapters": _list_adapters, "profiles": _list_profiles,
+         "placements": _list_placements}[what]()
     return OK
 
 
@@ -449,6 +562,20 @@ def _list_adapters() -> None:
     console.print(table)
     for problem in adapters.LOAD_PROBLEMS:
         say(problem)
+
+
+def _list_placements() -> None:
+    from batchproof import placements
+
+    available = placements.available()
+    table = Table(title="placements (`verify --placement NAME`; default: every one available)")
+    for column in ("placement", "what runs", "here"):
+        table.add_column(column)
+    for name, what in placements.PLACEMENTS.items():
+        here = "default" if name == available[0] else "yes" if name in available else \
+            "no: pip install 'batchproof[kernels]'"
+        table.add_row(name, what, here)
+    console.print(table)
 
 
 def _list_profiles() -> None:
@@ -674,6 +801,138 @@ def check(args: argparse.Namespace) -> int:
     return runner.main(args)
 
 
+# --------------------------------------------------------------------------- fuzz
+
+
+FUZZ_MISSING = "batchproof fuzz needs HypoFuzz: pip install 'batchproof[fuzz]'"
+
+
+def fuzz(args: argparse.Namespace) -> int:
+    """HypoFuzz over the registry's searched checks on impl/ (`batchproof.fuzz_targets`), on
+    `-n` processes, until stopped. Its pytest collection has the package folder as rootdir, so
+    that a test's node id, which HypoFuzz keys its examples by, gives the Hypothesis database key
+    `run_check` uses: what it finds replays in `verify` (docs/fuzzing.md). Stopped (Ctrl-C,
+    SIGTERM), it prints per check what HypoFuzz did and exits 130; else HypoFuzz's status (it
+    ends by itself only when every test has failed, with 1)."""
+    import subprocess
+
+    from batchproof import checks
+
+    if importlib.util.find_spec("hypofuzz") is None:
+        raise UsageError(FUZZ_MISSING)
+    profile = args.profile or "nightly"
+    if profile in ("ci", "mutation"):
+        raise UsageError(f"--profile {profile} is derandomized, without a database: HypoFuzz "
+                         "fuzzes none of its tests (nightly or dev)")
+    _load_profile(profile)  # an unknown name, a malformed shared database: one line
+    workers = args.workers if args.workers is not None else _cores()
+    if workers < 1:
+        raise UsageError(f"-n must be at least 1, got {workers}")
+    infos, _ = select_records(args.op)  # records missing an optional module are left out
+    wanted = select_checks(infos, args.check)
+    pairs = [(i, c) for i in infos for c in wanted[i.name] if checks.searched(c)]
+    if not pairs:
+        raise UsageError("no searched check selected: a pin is one example, nothing to fuzz "
+                         "(`batchproof verify` runs it)")
+    tests = [f"{fuzz_module()}::test_{checks.check_test_name(i, c)}" for i, c in pairs]
+    dashboard = ["--dashboard", "--port", str(args.port)] if args.dashboard else ["--no-dashboard"]
+    pytest_args = fuzz_pytest_args(profile, tests if args.op or args.check else None)
+    say(f"{PROG} fuzz: HypoFuzz on {workers} process{'es' * (workers > 1)}, {len(tests)} "
+        f"checks, profile {profile}; until stopped (Ctrl-C)")
+    command = [sys.executable, "-c", "from hypothesis.extra.cli import main; "
+               "main(prog_name='hypothesis')", "fuzz", "-n", str(workers), *dashboard, "--",
+               *pytest_args]
+    started = time.time()
+    # `timeout` and CI stop it with SIGTERM (sent to the whole process group): HypoFuzz's
+    # processes end, and this one prints what they did
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    child = subprocess.Popen(command)
+    try:
+        code = child.wait()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: HypoFuzz's processes have it too
+        code = 130
+        try:
+            child.wait(timeout=30)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            child.kill()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _fuzz_summary(pairs, started)
+    return 128 - code if code < 0 else code  # killed by a signal: the shell's status
+
+
+def fuzz_module():
+    """The path of `batchproof.fuzz_targets`' file (not imported)."""
+    from pathlib import Path
+
+    from batchproof import checks
+
+    return Path(checks.__file__).parent / checks.FUZZ_MODULE
+
+
+def fuzz_pytest_args(profile: str, tests: Sequence[str] | None = None) -> list[str]:
+    """pytest's arguments for HypoFuzz's collection: the package folder as rootdir (node ids
+    `fuzz_targets.py::test_…`, which key the examples as `run_check` does), no ini file (not
+    the addopts of a project batchproof is installed in), batchproof's plugin and `profile`,
+    and `tests` (node ids; default: every test of the module)."""
+    module = fuzz_module()
+    return [f"--rootdir={module.parent}", "-c", os.devnull, "-p", "batchproof.plugin", "-p",
+            "no:cacheprovider", f"--hypothesis-profile={profile}", *(tests or [str(module)])]
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _fuzz_summary(pairs, since: float) -> None:
+    """Per check, what HypoFuzz did since `since` (the reports it keeps in the example
+    database: test cases run by all processes, behaviours seen) and the failing examples saved
+    for it (shrunk; `verify` replays them)."""
+    try:
+        from hypofuzz.database import HypofuzzDatabase
+        from hypofuzz.database.models import FailureState
+        from hypothesis import settings
+        from hypothesis.internal.reflection import function_digest
+
+        from batchproof.checks import given_test
+
+        db = HypofuzzDatabase(settings().database)
+        rows = []
+        for info, check in pairs:
+            key = function_digest(given_test(info, check).hypothesis.inner_test)
+            latest: dict[str, Any] = {}  # worker -> its last report (counts are cumulative)
+            for report in db.reports.fetch(key):
+                last = latest.get(report.worker_uuid)
+                if report.timestamp >= since and (last is None
+                                                  or report.elapsed_time >= last.elapsed_time):
+                    latest[report.worker_uuid] = report
+            cases = sum(sum(r.status_counts.values()) for r in latest.values())
+            behaviours = max((r.behaviors for r in latest.values()), default=0)
+            failing = len(list(db.failures(state=FailureState.SHRUNK).fetch(key)))
+            rows.append((info, check, cases, behaviours, failing))
+    except Exception as err:  # noqa: BLE001 - a summary, not the result
+        say(f"{PROG} fuzz: no summary ({type(err).__name__}: {err})")
+        return
+    table = Table(title=f"HypoFuzz, {time.time() - since:.0f} s", title_justify="left")
+    for column in ("record", "check", "test cases", "behaviours", "failing examples saved"):
+        table.add_column(column, justify="left" if column in ("record", "check") else "right")
+    for info, check, cases, behaviours, failing in rows:
+        table.add_row(info.name, check, str(cases), str(behaviours),
+                      f"[red]{failing}[/red]" if failing else "0")
+    console.print(table)
+    failed = sorted({info.name for info, _, _, _, failing in rows if failing})
+    if failed:
+        say(f"failing examples are saved for {', '.join(failed)}: `{PROG} verify --profile "
+            "nightly` replays them first")
+
+
+def _cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -714,6 +973,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "`batchproof list checks`); repeatable")
     _search_options(p)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--placement", default="all", choices=["all", "kernel", "cpu", "generic"],
+                   help="which of impl/'s CPU code paths to check (default all: the compiled "
+                        "kernels, the CPU fast paths, and the device-generic code CUDA runs, "
+                        "each against the reference; `batchproof list placements`)")
+    p.add_argument("--coverage", action="store_true",
+                   help="measure branch coverage of impl/ and reference/ over the run "
+                        "(coverage.py; needs batchproof[coverage]; docs/coverage.md)")
     p.add_argument("--impl", default="impl", help="impl (default: batchproof's own), reference, "
                    "a package mirroring impl/ (PACKAGE.rl_batch.build_rl_batch, ...), or "
                    "module:function with --op naming one record; the current folder is "
@@ -798,6 +1064,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="warm (default): glibc keeps freed memory, so outputs land on pages "
                         "already mapped, as in a long-running trainer; system: glibc's own "
                         "thresholds (large outputs may get fresh pages and page faults)")
+    p = sub.add_parser("fuzz", help="HypoFuzz over every searched check, on every core, until "
+                                    "stopped (needs batchproof[fuzz])")
+    p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
+    p.add_argument("--check", action="append", metavar="NAME",
+                   help="fuzz only this check (equivalence, errors, property:NAME); repeatable")
+    p.add_argument("-n", "--workers", type=int, metavar="N",
+                   help="fuzzing processes (default: every core)")
+    p.add_argument("--profile", default=None, help="Hypothesis profile whose database is used: "
+                   "nightly (default) or dev")
+    p.add_argument("--dashboard", action="store_true",
+                   help="serve HypoFuzz's live dashboard on localhost")
+    p.add_argument("--port", type=int, default=9999, help="the dashboard's port (default 9999)")
     return parser
 
 
@@ -812,7 +1090,7 @@ def _search_options(p: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = {"verify": verify, "check": check, "show": show, "list": list_things,
-            "mutate": mutate, "bench": bench}
+            "mutate": mutate, "bench": bench, "fuzz": fuzz}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""What the ops' CPU fast paths share: which inputs are plain Python rows, and the bytes of a
-tensor that rows are packed (`struct.pack_into`) or copied (memoryview slice assignment) into."""
+"""What the ops' CPU fast paths share: whether they apply, which inputs are plain Python rows,
+and the bytes of a tensor that rows are packed (`struct.pack_into`) or copied (memoryview slice
+assignment) into."""
 
 from __future__ import annotations
 
@@ -7,6 +8,18 @@ import marshal
 
 import numpy as np
 import torch
+
+FAST_PATHS = True  # off: the CPU runs the device-generic code CUDA runs (batchproof.placements)
+ASKED = 0  # how many times fast_paths() was asked: an op that never asks has one code path
+
+
+def fast_paths(device: torch.device) -> bool:
+    """Whether the CPU-only code applies (list packing, row copies, the compiled kernels): a CPU
+    device with FAST_PATHS on. Off, the CPU runs exactly the device-generic torch code that CUDA
+    runs, which is how `batchproof verify` checks that code on a machine without a GPU."""
+    global ASKED
+    ASKED += 1
+    return device.type == "cpu" and FAST_PATHS
 
 
 def plain_rows(rows) -> bool:

@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict
 
 from batchproof.impl import kernels
-from batchproof.impl._cpu import byte_view, plain_rows
+from batchproof.impl._cpu import byte_view, fast_paths, plain_rows
 from batchproof.impl._jagged import without_holes
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.reference import rl_batch as _spec
@@ -129,7 +129,7 @@ _VALUE_KEYS = ("loss_mask", "rewards", "rollout_logprobs")  # the order of the o
 
 def _kernel_applies(device, per_token: dict) -> bool:
     """The compiled CPU kernel takes flat values only (scalar rewards go the torch way)."""
-    return (device.type == "cpu" and kernels.available()
+    return (fast_paths(device) and kernels.available()
             and all(v is None or v.scalars is None for v in per_token.values()))
 
 
@@ -159,7 +159,7 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
     Returns None (the general path then raises the reference's error, in the reference's order)
     unless every argument is a list of lists with the right counts and lengths.
     """
-    if device.type != "cpu" or not (plain_rows(prompts) and plain_rows(responses)):
+    if not fast_paths(device) or not (plain_rows(prompts) and plain_rows(responses)):
         return None
     batch = len(prompts)
     if batch == 0 or len(responses) != batch:
@@ -252,7 +252,7 @@ def _place_tokens(p_flat, r_flat, p_len, r_len, start, width, pad_token_id) -> t
     """input_ids (B, T): [pad]*start_i + prompt_i + response_i + [pad]* (the rest of the row)."""
     batch, device = p_len.numel(), p_flat.device
     input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
-    if device.type == "cpu" and _CPU_ROW_COPIES:
+    if fast_paths(device):
         _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start)
     else:
         _place_tokens_generic(input_ids, p_flat, r_flat, p_len, r_len, start)
@@ -267,9 +267,6 @@ def _place_tokens_generic(input_ids, p_flat, r_flat, p_len, r_len, start) -> Non
     input_ids.masked_scatter_((columns >= start[:, None]) & (columns < prompt_end), p_flat)
     input_ids.masked_scatter_((columns >= prompt_end) & (columns < prompt_end + r_len[:, None]),
                               r_flat)
-
-
-_CPU_ROW_COPIES = True  # tests switch it off to run the device-generic path on the CPU
 
 
 def _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start) -> None:

@@ -32,7 +32,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof.impl import kernels
-from batchproof.impl._cpu import byte_view
+from batchproof.impl._cpu import byte_view, fast_paths
 from batchproof.impl._jagged import without_holes
 from batchproof.impl.kernels import sft as sft_kernel
 from batchproof.reference._checks import check_pad_token_id
@@ -262,7 +262,7 @@ def _per_example(batch: Batch) -> Batch:
 def _kernel_applies(batch: Batch, device: torch.device) -> bool:
     """The compiled CPU kernels take CPU tensors: a jagged batch, or per-example int64 ids and
     float32 loss masks."""
-    if device.type != "cpu" or not kernels.available() or not batch.has_tensors:
+    if not fast_paths(device) or not kernels.available() or not batch.has_tensors:
         return False
     if batch.flat is not None:
         return batch.flat.input_ids.device == device
@@ -425,7 +425,7 @@ def _shifted_masks(batch: Batch, order: list[int]) -> list:
 
 
 def _writable_in_place(batch: Batch, out: torch.Tensor) -> bool:
-    return not batch.has_tensors and out.device.type == "cpu"
+    return not batch.has_tensors and fast_paths(out.device)
 
 
 def _write_ints(batch: Batch, rows: list, starts: list[int], out: torch.Tensor) -> None:
@@ -584,7 +584,7 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
                                                                      ids_offsets):
             return None
         attention_values = attention._values
-        if device.type == "cpu" and kernels.available():
+        if fast_paths(device) and kernels.available():
             zero_one, all_ones = sft_kernel.zero_one(attention_values)
             if not (all_ones or zero_one and not packed):
                 return None

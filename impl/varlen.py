@@ -31,7 +31,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof.impl import kernels
-from batchproof.impl._cpu import byte_view, plain_rows, small_int_rows
+from batchproof.impl._cpu import byte_view, fast_paths, plain_rows, small_int_rows
 from batchproof.impl._jagged import without_holes
 from batchproof.impl.kernels import varlen as varlen_kernel
 from batchproof.reference._checks import check_pad_token_id
@@ -179,7 +179,7 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     p_len, r_len = samples.prompt_lengths, samples.response_lengths
     lengths = p_len + r_len
     n_responses = int(samples.host_response_lengths.sum())
-    if device.type == "cpu" and kernels.available():
+    if fast_paths(device) and kernels.available():
         input_ids, positions, target_index, predict_index, sample_index = \
             varlen_kernel.write_samples(samples.prompt_tokens, p_len, samples.response_tokens,
                                         r_len, total, pad_token_id, input_ids)
@@ -247,7 +247,7 @@ def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.
     device = samples.prompt_tokens.device
     input_ids = torch.empty(total, dtype=torch.int64, device=device)
     input_ids[real:] = pad_token_id
-    if device.type == "cpu" and _CPU_ROW_COPIES:  # one memcpy per prompt and per response
+    if fast_paths(device):  # one memcpy per prompt and per response
         _copy_rows(input_ids, samples)
         return input_ids
     p_len = samples.prompt_lengths
@@ -255,9 +255,6 @@ def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.
     input_ids.scatter_(0, prompt_slots, samples.prompt_tokens)
     input_ids.scatter_(0, target_index, samples.response_tokens)
     return input_ids
-
-
-_CPU_ROW_COPIES = True  # tests switch it off to run the device-generic scatter on the CPU
 
 
 def _copy_rows(input_ids: torch.Tensor, samples: _Samples) -> None:
@@ -279,7 +276,7 @@ def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, de
     packed row by row with `struct.pack_into` after a type check; returns None (the general
     path then validates and raises the reference's errors) unless every row is a list of plain
     ints and every sample is scorable."""
-    if device.type != "cpu" or not (plain_rows(prompts) and plain_rows(responses)):
+    if not fast_paths(device) or not (plain_rows(prompts) and plain_rows(responses)):
         return None
     if not prompts or len(prompts) != len(responses):
         return None

@@ -14,7 +14,7 @@ from hypothesis import given
 
 from batchproof import blocks as hs
 from batchproof.compare import assert_identical
-from batchproof.impl import kernels
+from batchproof.impl import _cpu, kernels
 from batchproof.impl import rl_batch as impl
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.ops.rl_batch import rl_batch_cases
@@ -157,7 +157,7 @@ def test_every_placement_equals_the_reference(case: Case, placement: str) -> Non
     jagged = _to_jagged(case)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernels, "ENABLED", placement == "kernel")
-        patch.setattr(impl, "_CPU_ROW_COPIES", placement == "cpu_row_copies")
+        patch.setattr(_cpu, "FAST_PATHS", placement != "generic")
         if placement == "kernel":
             if kernels.numba is None:
                 pytest.skip("numba is not installed: the kernel cannot run")

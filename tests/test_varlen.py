@@ -27,7 +27,7 @@ from tensordict import TensorDict
 from batchproof import blocks as hs
 from batchproof import registry
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
-from batchproof.impl import kernels
+from batchproof.impl import _cpu, kernels
 from batchproof.impl import varlen as impl
 from batchproof.impl._cpu import small_int_rows
 from batchproof.impl.kernels import varlen as varlen_kernel
@@ -430,7 +430,7 @@ def _place_with(patch: pytest.MonkeyPatch, placement: str) -> None:
     if placement == "kernel" and kernels.numba is None:
         pytest.skip("numba is not installed: the kernel cannot run")
     patch.setattr(kernels, "ENABLED", placement == "kernel")
-    patch.setattr(impl, "_CPU_ROW_COPIES", placement == "cpu_row_copies")
+    patch.setattr(_cpu, "FAST_PATHS", placement != "generic")
     if placement == "kernel":
         patch.setattr(impl, "_place_tokens", _fail)
         patch.setattr(impl, "_ramps", _fail)
@@ -796,7 +796,7 @@ def test_mask_packing_shares_a_row_between_samples() -> None:
     expected = reference.response_logprobs(model, prompts, responses)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernels, "ENABLED", False)
-        patch.setattr(impl, "_CPU_ROW_COPIES", False)
+        patch.setattr(_cpu, "FAST_PATHS", False)
         actual = impl.response_logprobs(model, prompts, responses, packing="mask")
     assert_logprobs_close(expected, actual, expected != 0, torch.float32)
 
@@ -852,7 +852,7 @@ def test_packed_forwards_pass_restarting_positions_and_no_cache() -> None:
 def test_pad_token_id_beyond_int64_raises_the_reference_error_on_the_generic_path(monkeypatch) -> None:
     """pad_token_id beyond int64 on the scatter path raises the reference's exception."""
     monkeypatch.setattr(kernels, "ENABLED", False)
-    monkeypatch.setattr(impl, "_CPU_ROW_COPIES", False)
+    monkeypatch.setattr(_cpu, "FAST_PATHS", False)
     _outcome(lambda m: m.pack_varlen([torch.tensor([1])], [[2]], pad_to_multiple=4,
                                      pad_token_id=2**63))
 
