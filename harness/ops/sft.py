@@ -120,12 +120,15 @@ ATTENTION_KINDS = ("absent", "ones", "zeros")
 def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
                  packed: bool = False, max_len: int = hs.MAX_LEN,
                  loss_kinds: Sequence[str] | None = None,
-                 attention_kinds: Sequence[str] | None = None) -> list[dict]:
+                 attention_kinds: Sequence[str] | None = None,
+                 loss_dtypes: Sequence[torch.dtype] = ()) -> list[dict]:
     """Examples: lengths (>= 1, at most `max_len`; uniform, equal, heavy-tailed), num_actions
     (s and 1 favoured), which masks are given; then token ids (pad-id collisions), loss masks
     (0/1 with interior zeros, bools or float weights), attention masks (interior zeros only if
     not packed). `loss_kinds` (of `LOSS_KINDS`) and `attention_kinds` (of `ATTENTION_KINDS`)
-    narrow the choice; the defaults are what the registry draws."""
+    narrow the choice. `loss_dtypes`: when given, the loss masks may come as 1-D tensors of one
+    of these dtypes (the registry draws float16, bfloat16, float32, float64); the other defaults
+    are what the registry draws."""
     n = draw(st.integers(min_size, max_size))
     lengths = draw(_LENGTHS[n] if max_len == hs.MAX_LEN else hs.lengths(n, min_len=1,
                                                                           max_len=max_len))
@@ -144,12 +147,16 @@ def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
         elif kind == "zeros":  # 0/1 as ints, bools or floats (compared by value)
             example["attention_mask"] = list(map(draw(_MASK_TYPE), draw(_BINARY[s])))
         examples.append(example)
+    if loss_dtypes and draw(st.booleans()):
+        dtype = draw(st.sampled_from(loss_dtypes))
+        for example in examples:
+            example["loss_mask"] = torch.tensor(example["loss_mask"], dtype=dtype)
     return examples
 
 
 @st.composite
 def collate_cases(draw) -> Case:
-    examples = draw(sft_examples())
+    examples = draw(sft_examples(loss_dtypes=hs.FLOAT_DTYPES))
     kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49, -100]))}
     if draw(st.booleans()):
         kwargs["normalize"] = draw(st.booleans())
@@ -160,7 +167,7 @@ def collate_cases(draw) -> Case:
 def pack_cases(draw) -> Case:
     config = draw(parallel_configs())
     examples = draw(sft_examples(min_size=config.dp, max_size=config.dp + MAX_EXAMPLES - 1,
-                                 packed=True))
+                                 packed=True, loss_dtypes=hs.FLOAT_DTYPES))
     lengths = [len(ex["input_ids"]) for ex in examples]
     capacity = max(lengths) + draw(st.one_of(st.just(0), st.integers(0, 3),
                                              st.integers(0, 2 * hs.MAX_LEN)))
@@ -1024,6 +1031,12 @@ FFD_PINS = [
     Pin("spec_bin_multiple", Case(([40, 30, 20, 10, 5], 100), {"bin_multiple": 4}),
         "sft.md example 3: a bin filled exactly to capacity, then two bins split off it",
         _expect_bins([[0, 1], [4], [3], [2]])),
+    Pin("split_bin_with_most_items", Case(([5, 4, 1, 1, 1], 9), {"min_bins": 3}),
+        "the adjustment splits the bin with the most items ([4, 3, 2], 3 tokens), not the one "
+        "with the most tokens ([0, 1], 9 tokens)", _expect_bins([[0, 1], [4, 3], [2]])),
+    Pin("drain_one_bin_first", Case(([1] * 6, 3), {"min_bins": 4}),
+        "the adjustment drains one bin before the next: both new bins come from [2, 1, 0], not "
+        "one from each bin in turn", _expect_bins([[5, 4, 3], [2], [0], [1]])),
     Pin("length_over_capacity", BadCase(Case(([3, 9, 2], 8)), ValueError, "lengths[1] = 9 > 8"),
         "a sequence longer than the capacity must be rejected, not packed alone"),
     Pin("too_few_sequences", BadCase(Case(([3, 2], 8), {"min_bins": 4}), ValueError,

@@ -32,7 +32,8 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 def _align_of(kwargs) -> int:
-    return _align(kwargs.get("tp_size", 1), kwargs.get("cp_size", 1), fp8=kwargs.get("fp8", False))
+    return _align(kwargs.get("tp_size", 1), kwargs.get("cp_size", 1), fp8=kwargs.get("fp8", False),
+                  fp8_recipe=kwargs.get("fp8_recipe", "tensorwise"))
 
 
 def _sub_lengths(td) -> list[list[int]]:
@@ -136,6 +137,26 @@ def _ffd_copies(lengths, capacity, *, min_bins=1, bin_multiple=1):
 def _ffd_off_by_one(lengths, capacity, *, min_bins=1, bin_multiple=1):
     return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
                         slack=1)
+
+
+def _ffd_split_heaviest(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        donor="tokens")
+
+
+def _ffd_move_first_item(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        take="first")
+
+
+def _ffd_round_robin(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        drain=False)
+
+
+def _ffd_capacity_exclusive(lengths, capacity, *, min_bins=1, bin_multiple=1):
+    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
+                        slack=-1)
 
 
 _calls = itertools.count()
@@ -414,6 +435,11 @@ def _sequence_mean(examples, **kwargs):
     return td
 
 
+def _choice(name, function, bug, killers, replacement) -> ZooEntry:
+    return ZooEntry(name=f"sft.{name}", op="sft", function=function, bug=f"spec choice: {bug}",
+                    killers=killers, replacement=replacement, oracle=True)
+
+
 ENTRIES = [
     # ffd_bins
     ZooEntry(
@@ -634,4 +660,42 @@ ENTRIES = [
                  "pin:token_mean_normalization"),
         replacement=_sequence_mean,
     ),
+    # spec choices (sft.md, "Spec choices"): the other plausible rule, planted in the reference
+    # too, so only the properties and the literal pins can tell it from the contract
+    _choice("oracle_ffd_ties_smaller_index", "ffd_bins",
+            "FFD visits equal lengths smaller index first instead of larger",
+            ("pin:spec_tie_order", "sft.pack_sft/pin:ffd_tie_order"), _ffd_ties_ascending),
+    _choice("oracle_ffd_capacity_exclusive", "ffd_bins",
+            "an item fits a bin only when it leaves room (remaining > length): no bin is filled "
+            "exactly to capacity", ("pin:spec_bin_multiple",), _ffd_capacity_exclusive),
+    _choice("oracle_ffd_split_heaviest_bin", "ffd_bins",
+            "the adjustment splits the bin holding the most tokens instead of the most items",
+            ("pin:split_bin_with_most_items",), _ffd_split_heaviest),
+    _choice("oracle_ffd_move_first_item", "ffd_bins",
+            "the adjustment moves the donor's first (largest) item instead of its last",
+            ("pin:spec_tie_order", "pin:spec_bin_multiple"), _ffd_move_first_item),
+    _choice("oracle_ffd_round_robin_split", "ffd_bins",
+            "the adjustment takes one item from each bin in turn instead of draining one bin "
+            "first", ("pin:drain_one_bin_first",), _ffd_round_robin),
+    _choice("oracle_padding_before_subsequence", "pack_sft",
+            "alignment padding before each sub-sequence (tokens at the end of their slot) "
+            "instead of after it", ("property:round_trip",), _right_aligned_in_slot),
+    _choice("oracle_cu_seqlens_with_row_tails", "pack_sft",
+            "cu_seqlens_padded as offsets into the flattened (rows, W) tensor instead of the "
+            "THD stream without row tails", ("property:cu_seqlens",),
+            _cu_seqlens_with_row_tails),
+    _choice("oracle_collate_right_padded", "collate_sft",
+            "collate_sft pads on the right instead of the left", ("property:left_padded",),
+            _right_padded),
+    _choice("oracle_collate_loss_left_aligned", "collate_sft",
+            "loss masks left-aligned in the A columns instead of right-aligned",
+            ("property:loss_right_aligned",), _loss_left_aligned),
+    _choice("oracle_collate_loss_width_s", "collate_sft",
+            "the loss mask as wide as the sequence (S) instead of A = max num_actions",
+            ("property:shapes_and_dtypes",), _loss_width_s),
+    _choice("oracle_collate_sequence_mean", "collate_sft",
+            "normalize=True divides by each row's own total (sequence mean) instead of the "
+            "batch total (token mean)",
+            ("property:normalized_weights", "pin:token_mean_normalization"), _sequence_mean),
 ]
+
