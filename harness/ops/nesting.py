@@ -110,7 +110,8 @@ def extend_to_verl(
         "loss_mask": response_mask.to(torch.float32),
     }, batch_size=[batch])
     for name, rows in floats.items():
-        td[name] = torch.as_tensor(rows, dtype=torch.float32).reshape(batch, r0 + trail)
+        value = rows if isinstance(rows, torch.Tensor) else torch.tensor(rows, dtype=torch.float32)
+        td[name] = value.reshape(batch, r0 + trail)
     if experts:
         td["routed_experts"] = torch.stack([ids % 7, ids % 3], dim=-1)
     if extras:
@@ -217,7 +218,8 @@ def verl_batches(draw, *, orphans: bool = True, wide: bool = False,
     r0 = max(r_lens)
     lead, trail = draw(st.integers(0, 1)), draw(st.integers(0, 2))
     names = draw(st.lists(st.sampled_from(RESPONSE_FLOAT_CHOICES), max_size=2, unique=True))
-    floats = {name: special_floats((len(pairs), r0 + trail), generator) for name in names}
+    floats = {name: special_floats((len(pairs), r0 + trail), generator).to(draw(hs.float_dtypes()))
+              for name in names}
     holes = [(torch.rand(r, generator=generator) > 0.3).long().tolist() for r in r_lens]
     mode = draw(st.sampled_from(["keep", "width", "drop"]))
     drop = draw(st.sampled_from([(), (), ("prompts",), ("responses",)]))
@@ -1159,7 +1161,9 @@ UNNEST_PINS = [
 CHUNK_PINS = [
     Pin("uneven_chunks", Case((ref_nesting.nest_by_mask(chunk_width_batch(),
                                                         pad_token_id=0), 3)),
-        "4 rows in 3 chunks: torch.chunk makes [2, 2] (not [2, 1, 1])"),
+        "4 rows in 3 chunks: torch.chunk makes [2, 2] (not [2, 1, 1])",
+        lambda case, pieces: _assert([p.batch_size[0] for p in pieces] == [2, 2],
+                                     f"chunk sizes {[p.batch_size[0] for p in pieces]} != [2, 2]")),
 ]
 
 EXTRACT_PINS = [

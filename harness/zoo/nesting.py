@@ -239,6 +239,18 @@ def _extract_by_response_mask(td, output):
     return shifted
 
 
+def _extract_token_not_predictor(td, output):
+    """result[i, j] = output_row_i[p_i + j]: the output at response token j itself instead of
+    at the real token before it (the logit that predicts it)."""
+    _extract(td, output)  # the real errors
+    dense = _unnest(td) if _reference.STASH in td.keys() else td
+    counts = (dense.get("attention_mask") != 0).sum(1).tolist()
+    rows = output.unbind() if output.is_nested else torch.split(output, counts)
+    shifted = [torch.cat([row[1:], torch.zeros_like(row[:1])]) for row in rows]
+    flat = torch.cat(shifted) if shifted else output
+    return _extract(td, flat)
+
+
 def _extract_dense_ignoring_max_response_length(td, output):
     """On a dense batch, R read from the width of `responses`, ignoring the non-tensor
     max_response_length that the nested path uses."""
@@ -444,6 +456,24 @@ ENTRIES = [
         bug="bytes summed per tensor: offsets shared by many fields counted many times",
         killers=("property:accounting",),
         replacement=_payload_counting_each_tensor,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="nesting.oracle_extract_token_not_predictor",
+        op="nesting", function="extract_response",
+        bug="spec choice: column j holds the output at response token j itself (flat position "
+            "p_i + j) instead of at the token before it (p_i - 1 + j, the logit predicting it)",
+        killers=("property:matches_dense_slice", "pin:tool_tokens_alignment"),
+        replacement=_extract_token_not_predictor,
+        oracle=True,
+    ),
+    ZooEntry(
+        name="nesting.oracle_chunk_array_split",
+        op="nesting", function="chunk_nested",
+        bug="spec choice: balanced chunk sizes (numpy.array_split: [2, 1, 1] for 4 rows in 3) "
+            "instead of torch.chunk's ceil(B/n) pieces ([2, 2])",
+        killers=("property:torch_chunk_sizes", "pin:uneven_chunks"),
+        replacement=_chunk_array_split,
         oracle=True,
     ),
 ]
