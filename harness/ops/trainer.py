@@ -51,7 +51,11 @@ def required_multiple_cases(draw) -> Case:
 
 @st.composite
 def bad_required_multiple_cases(draw) -> BadCase:
-    name = draw(st.sampled_from(["dp_size", "mini_batch_size", "critic_mini_batch_size", "n"]))
+    name = draw(st.sampled_from(["dp_size", "mini_batch_size", "critic_mini_batch_size", "n",
+                                 "actor_updates"]))
+    if name == "actor_updates":  # a flag, not a size: 1 and None are not bools
+        value = draw(st.sampled_from([1, None, "yes"]))
+        return BadCase(Case((2,), {name: value}), TypeError, f"actor_updates={value!r}")
     value = draw(st.sampled_from([0, -1, 2.0, True]))
     raises = ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError
     if name == "dp_size":
@@ -213,6 +217,8 @@ def pad_to_multiple_cases(draw) -> Case:
         kwargs["layout"] = layout
         kwargs["pad_token_id"] = td.get_non_tensor("pad_token_id")
         td = td.exclude("layout", "pad_token_id")
+    if draw(st.integers(0, 3)) == 0:  # a batch without position ids: none are padded
+        td = td.exclude("position_ids")
     return Case((td, multiple), kwargs)
 
 
@@ -223,8 +229,27 @@ def bad_pad_to_multiple_cases(draw) -> BadCase:
     kwargs = dict(good.kwargs)
     kind = draw(st.sampled_from(["multiple_zero", "multiple_type", "no_layout", "uids_list",
                                  "nested", "min_length_small", "min_length_wide", "eos_type",
-                                 "is_padding_dtype", "jagged"]))
+                                 "is_padding_dtype", "jagged", "layout", "not_td",
+                                 "no_batch_dim", "no_input_ids", "field_shape"]))
     batch = td.batch_size[0]
+    if kind == "layout":
+        return BadCase(Case((td, multiple), kwargs | {"layout": "right"}), ValueError,
+                       "unknown layout")
+    if kind == "not_td":
+        return BadCase(Case((td.to_dict(), multiple), kwargs), TypeError, "a dict of tensors")
+    if kind == "no_batch_dim":
+        return BadCase(Case((td[0], multiple), kwargs), ValueError, "one row: no batch dimension")
+    if kind == "no_input_ids":
+        return BadCase(Case((td.exclude("input_ids"), multiple), kwargs), ValueError,
+                       "no input_ids")
+    if kind == "field_shape":  # a token field or response_mask one column too wide or 1-D
+        key = draw(st.sampled_from([k for k in ("input_ids", "attention_mask", "position_ids",
+                                                "response_mask") if k in td.keys()]))
+        value = td[key]
+        wide = torch.zeros((*value.shape[:-1], td["input_ids"].shape[1] + 1), dtype=value.dtype)
+        td = td.clone()
+        td.set(key, wide if draw(st.booleans()) else value.reshape(batch, -1)[:, 0])
+        return BadCase(Case((td, multiple), kwargs), ValueError, f"{key} has the wrong shape")
     if kind == "multiple_zero":
         return BadCase(Case((td, draw(st.integers(-2, 0))), kwargs), ValueError, "multiple < 1")
     if kind == "multiple_type":
@@ -480,6 +505,37 @@ PAD_PINS = [
                 "eos_token_id does not fit int64"),
         "a token id the int64 input_ids cannot hold is a ValueError naming it (the impl used to "
         "raise torch's RuntimeError, the reference an OverflowError-like ValueError from torch)"),
+    Pin("without_position_ids",
+        Case((_batch([[1, 2], [3]], [[4], [5, 6]]).exclude("position_ids"), 3),
+             {"eos_token_id": 9}),
+        "a batch without position_ids gets padding rows without them (nothing is invented)",
+        _expect_padding_row(input_ids=[0, 9, 9], attention_mask=[0, 1, 1])),
+    *[Pin(name, BadCase(Case((td, 4), {"eos_token_id": 2} | kwargs), raises, why), why)
+      for name, td, kwargs, raises, why in [
+          ("td_is_a_dict", {"input_ids": torch.zeros(2, 3)}, {}, TypeError, "td is a dict"),
+          ("td_without_batch_dimension", TensorDict({"input_ids": torch.zeros(2, 3)}, []), {},
+           ValueError, "td has no batch dimension"),
+          ("unknown_layout", _batch([[1]], [[2]]), {"layout": "right"}, ValueError,
+           "layout is neither left nor two_segment"),
+          ("no_input_ids", _batch([[1]], [[2]]).exclude("input_ids"), {}, ValueError,
+           "td has no input_ids"),
+          ("nested_tensordict_field", _batch([[1]], [[2]]).set(
+              "extra", TensorDict({"x": torch.zeros(1)}, [1])), {}, ValueError,
+           "a nested TensorDict field"),
+          ("input_ids_1d", _batch([[1]], [[2]]).set("input_ids", torch.zeros(1)), {},
+           ValueError, "input_ids is not (B, T)"),
+          ("attention_mask_wider", _batch([[1]], [[2]]).set("attention_mask", torch.ones(1, 3)),
+           {}, ValueError, "attention_mask is not the shape of input_ids"),
+          ("position_ids_wider", _batch([[1]], [[2]]).set("position_ids", torch.ones(1, 3)), {},
+           ValueError, "position_ids is not (B, T) or (B, C, T)"),
+          ("response_mask_wider", _batch([[1]], [[2]]).set("response_mask", torch.ones(1, 3)),
+           {}, ValueError, "the response width exceeds the sequence width"),
+          ("response_mask_1d", _batch([[1]], [[2]]).set("response_mask", torch.ones(1)), {},
+           ValueError, "response_mask is not (B, R)"),
+          ("max_response_length_negative",
+           _batch([[1]], [[2]]).exclude("response_mask").set_non_tensor("max_response_length", -1),
+           {}, ValueError, "no response_mask and a negative max_response_length entry"),
+      ]],
 ]
 
 # --------------------------------------------------------------------------- real_rows
@@ -570,7 +626,32 @@ def stepwise_cases(draw) -> Case:
 def bad_stepwise_cases(draw) -> BadCase:
     mask = torch.tensor([[0, 1, 1], [0, 0, 1]])
     kind = draw(st.sampled_from(["out_of_range", "negative", "count", "mask_3d", "mask_value",
-                                 "not_finite", "float_ids"]))
+                                 "not_finite", "float_ids", "mask_list", "ids_2d", "ids_type",
+                                 "id_type", "scalars_2d", "scalars_bool", "scalars_type",
+                                 "scalar_type"]))
+    if kind == "mask_list":
+        return BadCase(Case(([1.0], [0, 0], mask.tolist())), TypeError, "mask is a list")
+    if kind == "ids_2d":
+        return BadCase(Case(([1.0], torch.zeros(2, 1, dtype=torch.int64), mask)), ValueError,
+                       "traj_ids tensor is 2-D")
+    if kind == "ids_type":
+        ids = draw(st.sampled_from(["00", 0, None]))
+        return BadCase(Case(([1.0], ids, mask)), TypeError, "traj_ids is not a sequence")
+    if kind == "id_type":
+        value = draw(st.sampled_from([0.0, True, "0"]))
+        return BadCase(Case(([1.0], [0, value], mask)), TypeError, "traj_ids[1] is not an int")
+    if kind == "scalars_2d":
+        return BadCase(Case((torch.ones(1, 1), [0, 0], mask)), ValueError, "scalars is 2-D")
+    if kind == "scalars_bool":
+        values = draw(st.sampled_from([torch.tensor([True]), torch.tensor([1j])]))
+        return BadCase(Case((values, [0, 0], mask)), TypeError, f"scalars are {values.dtype}")
+    if kind == "scalars_type":
+        scalars = draw(st.sampled_from(["1.0", 1.0, None]))
+        return BadCase(Case((scalars, [0, 0], mask)), TypeError, "scalars is not a sequence")
+    if kind == "scalar_type":
+        value = draw(st.sampled_from([None, True, "1.0"]))
+        return BadCase(Case(([1.0, value], [0, 0], mask)), TypeError,
+                       "scalars[1] is not a real number")
     if kind == "out_of_range":
         return BadCase(Case(([1.0], [0, 1], mask)), ValueError, "traj_ids[1] = 1 >= 1 scalar")
     if kind == "negative":
@@ -630,6 +711,10 @@ STEPWISE_PINS = [
     Pin("traj_id_out_of_range",
         BadCase(Case(([1.0], [0, 1], torch.tensor([[1], [1]]))), ValueError, "traj_ids[1] = 1"),
         "an index past the scalars must not wrap or read garbage"),
+    Pin("no_rows", Case(([1.0], [], torch.zeros(0, 3, dtype=torch.int64))),
+        "a batch of no rows: a (0, R) float32 result, no trajectory read",
+        lambda case, adv: _assert(adv.shape == (0, 3) and adv.dtype == torch.float32,
+                                  f"{tuple(adv.shape)} {adv.dtype}")),
 ]
 
 # --------------------------------------------------------------------------- records
