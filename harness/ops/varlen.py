@@ -301,6 +301,13 @@ PACK_PINS = [
                                  and td["position_ids"][0, 5:].tolist() == [0, 1, 2],
                                  f"tail {td['input_ids'][0, 5:].tolist()} positions "
                                  f"{td['position_ids'][0, 5:].tolist()}")),
+    Pin("pad_is_longest_segment", Case(([[1]], [[]]), {"pad_to_multiple": 5}),
+        "a tail pad longer than every sample is the longest segment: max_seqlen 4 (not 1), and "
+        "the pad adds its boundary (cu_seqlens [0, 1, 5])",
+        lambda case, td: _assert(td.get_non_tensor("max_seqlen") == 4
+                                 and td["cu_seqlens"].tolist() == [0, 1, 5],
+                                 f"max_seqlen {td.get_non_tensor('max_seqlen')}, cu_seqlens "
+                                 f"{td['cu_seqlens'].tolist()}: expected 4, [0, 1, 5]")),
     Pin("empty_prompt_reads_previous_logit",
         BadCase(Case(([[1, 2], []], [[3], [4, 5]]), {}), ValueError,
                 "p == 0 < r: predict_index off_k - 1 is the previous sample's last logit"),
@@ -350,7 +357,7 @@ def unpack_cases(draw) -> Case:
     shape = draw(st.sampled_from(["per_token", "per_position", "per_position_2d"]))
     size = count if shape == "per_token" else total
     values = torch.tensor(draw(hs.float_rows([size]))[0], dtype=torch.float32)
-    values = values.to(draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float64])))
+    values = values.to(draw(hs.float_dtypes()))
     if shape == "per_position_2d":
         values = values.reshape(1, total)
     kwargs = {}
@@ -407,7 +414,10 @@ UNPACK_PINS = [
     Pin("empty_response_keeps_zero_row",
         Case((torch.tensor([-1.0, -2.0, -3.0]),
               _reference.pack_varlen([[1], [2, 3], [4]], [[5, 6], [], [7]])), {}),
-        "r == 0: nothing is written in that row (the `x[-0:]` slice writes the whole row)"),
+        "r == 0: nothing is written in that row (the `x[-0:]` slice writes the whole row); "
+        "rows right-aligned",
+        lambda case, out: _assert(out.tolist() == [[-1.0, -2.0], [0.0, 0.0], [0.0, -3.0]],
+                                  f"{out.tolist()} != [[-1, -2], [0, 0], [0, -3]]")),
     Pin("per_position_logits_at_predict_index",
         Case((torch.arange(-7.0, 0.0), _reference.pack_varlen([[1, 2], [3]], [[4, 5], [6, 7]])),
              {}),
@@ -453,7 +463,7 @@ def masked_tensors(draw) -> tuple[torch.Tensor, torch.Tensor]:
     mask_dtype = draw(st.sampled_from([torch.bool, torch.int64, torch.int32, torch.uint8]))
     mask = torch.tensor(rows, dtype=torch.int64).reshape(batch, seqlen).to(mask_dtype)
     trailing = draw(st.sampled_from([(), (3,), (2, 2)]))
-    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.int64]))
+    dtype = draw(st.sampled_from([*hs.FLOAT_DTYPES, torch.int64]))
     generator = draw(hs.generators())
     x = torch.randn((batch, seqlen, *trailing), generator=generator) * 100
     return x.to(dtype), mask

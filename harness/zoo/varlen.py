@@ -134,6 +134,14 @@ def _cu_seqlens_int64(td, prompts, responses, kwargs):
     return td["cu_seqlens"].to(torch.int64)
 
 
+def _max_seqlen_of_samples(prompts, responses, **kwargs):
+    """max_seqlen over the samples only: a longer tail pad segment not counted."""
+    td = _pack(prompts, responses, **kwargs)
+    lengths = (td["prompt_lengths"] + td["response_lengths"]).tolist()
+    td.set_non_tensor("max_seqlen", max(lengths, default=0))
+    return td
+
+
 # --------------------------------------------------------------------------- unpack
 
 
@@ -298,6 +306,13 @@ def _logprobs_left_aligned(model, prompts, responses, **kwargs):
 
 
 # --------------------------------------------------------------------------- entries
+
+
+def _choice(name, function, bug, killers, replacement) -> ZooEntry:
+    return ZooEntry(name=f"varlen.{name}", op="varlen", function=function,
+                    bug=f"spec choice: {bug}", killers=killers, replacement=replacement,
+                    oracle=True)
+
 
 _CROSS = ("equivalence", "property:samples_isolated", "pin:cross_sample_attention")
 _CROSS_SDPA = (*_CROSS, "pin:cross_sample_attention_sdpa")
@@ -521,4 +536,42 @@ ENTRIES = [
         killers=("property:zero_off_response", "equivalence"),
         replacement=_logprobs_left_aligned,
     ),
+    # spec choices (varlen.md, "Spec choices"): the other plausible rule, planted in the
+    # reference too, so only the properties and the literal pins can tell it from the contract
+    _choice("oracle_tail_pad_continues_last_sample", "pack_varlen",
+            "the tail pad continues the last sample's positions instead of restarting at 0",
+            ("property:segments_never_cross", "pin:tail_pad_holds_pad_token"),
+            _edited(position_ids=_tail_continues_last_sample)),
+    _choice("oracle_tail_pad_zero", "pack_varlen",
+            "the tail pad holds token 0 instead of pad_token_id",
+            ("property:layout", "pin:tail_pad_holds_pad_token"),
+            _edited(input_ids=_tail_zero_not_pad_token)),
+    _choice("oracle_empty_sample_boundary", "pack_varlen",
+            "every sample adds a cu_seqlens boundary, a zero-length one too (unpad's rule for "
+            "rows)", ("property:cu_seqlens", "pin:zero_length_middle"),
+            _edited(cu_seqlens=_empty_sample_boundaries)),
+    _choice("oracle_tail_boundary_always", "pack_varlen",
+            "cu_seqlens closed with N even when the tail pad is 0",
+            ("property:cu_seqlens", "pin:pad_tail_of_zero"),
+            _edited(cu_seqlens=_boundary_always)),
+    _choice("oracle_max_seqlen_of_samples", "pack_varlen",
+            "max_seqlen over the samples only, not a longer tail pad segment",
+            ("property:layout", "pin:pad_is_longest_segment"), _max_seqlen_of_samples),
+    _choice("oracle_cu_seqlens_int64", "pack_varlen",
+            "cu_seqlens in int64 (cumsum's dtype) instead of int32", ("property:layout",),
+            _edited(cu_seqlens=_cu_seqlens_int64)),
+    _choice("oracle_unpack_left_aligned", "unpack_response_logprobs",
+            "unpacked logprobs left-aligned instead of right-aligned like rl_batch's left layout",
+            ("property:right_aligned", "pin:empty_response_keeps_zero_row"),
+            _left_aligned),
+    _choice("oracle_unpad_skips_empty_rows", "unpad",
+            "unpad's cu_seqlens without a boundary for an empty row (pack_varlen's rule for "
+            "samples) instead of B + 1 entries", ("property:cu_seqlens", "pin:all_zero_row"),
+            _unpad_skips_empty_rows),
+    _choice("oracle_unpad_max_seqlen_tensor", "unpad",
+            "max_seqlen a 0-d tensor instead of a Python int", ("property:cu_seqlens",),
+            _unpad_max_seqlen_tensor),
+    _choice("oracle_logprobs_left_aligned", "response_logprobs",
+            "response logprobs left-aligned in (B, max r) instead of right-aligned",
+            ("property:zero_off_response",), _logprobs_left_aligned),
 ]
