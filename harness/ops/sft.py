@@ -120,15 +120,12 @@ ATTENTION_KINDS = ("absent", "ones", "zeros")
 def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
                  packed: bool = False, max_len: int = hs.MAX_LEN,
                  loss_kinds: Sequence[str] | None = None,
-                 attention_kinds: Sequence[str] | None = None,
-                 loss_dtypes: Sequence[torch.dtype] = ()) -> list[dict]:
+                 attention_kinds: Sequence[str] | None = None) -> list[dict]:
     """Examples: lengths (>= 1, at most `max_len`; uniform, equal, heavy-tailed), num_actions
     (s and 1 favoured), which masks are given; then token ids (pad-id collisions), loss masks
     (0/1 with interior zeros, bools or float weights), attention masks (interior zeros only if
     not packed). `loss_kinds` (of `LOSS_KINDS`) and `attention_kinds` (of `ATTENTION_KINDS`)
-    narrow the choice. `loss_dtypes`: when given, the loss masks may come as 1-D tensors of one
-    of these dtypes (the registry draws float16, bfloat16, float32, float64); the other defaults
-    are what the registry draws."""
+    narrow the choice; the defaults are what the registry draws."""
     n = draw(st.integers(min_size, max_size))
     lengths = draw(_LENGTHS[n] if max_len == hs.MAX_LEN else hs.lengths(n, min_len=1,
                                                                           max_len=max_len))
@@ -147,16 +144,12 @@ def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
         elif kind == "zeros":  # 0/1 as ints, bools or floats (compared by value)
             example["attention_mask"] = list(map(draw(_MASK_TYPE), draw(_BINARY[s])))
         examples.append(example)
-    if loss_dtypes and draw(st.booleans()):
-        dtype = draw(st.sampled_from(loss_dtypes))
-        for example in examples:
-            example["loss_mask"] = torch.tensor(example["loss_mask"], dtype=dtype)
     return examples
 
 
 @st.composite
 def collate_cases(draw) -> Case:
-    examples = draw(sft_examples(loss_dtypes=hs.FLOAT_DTYPES))
+    examples = draw(sft_examples())
     kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49, -100]))}
     if draw(st.booleans()):
         kwargs["normalize"] = draw(st.booleans())
@@ -167,7 +160,7 @@ def collate_cases(draw) -> Case:
 def pack_cases(draw) -> Case:
     config = draw(parallel_configs())
     examples = draw(sft_examples(min_size=config.dp, max_size=config.dp + MAX_EXAMPLES - 1,
-                                 packed=True, loss_dtypes=hs.FLOAT_DTYPES))
+                                 packed=True))
     lengths = [len(ex["input_ids"]) for ex in examples]
     capacity = max(lengths) + draw(st.one_of(st.just(0), st.integers(0, 3),
                                              st.integers(0, 2 * hs.MAX_LEN)))
