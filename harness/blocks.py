@@ -122,6 +122,14 @@ def float32s(*, special: bool = True) -> st.SearchStrategy[float]:
     return st.one_of(st.sampled_from(SPECIAL_FLOATS), plain) if special else plain
 
 
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def float_dtypes() -> st.SearchStrategy[torch.dtype]:
+    """Each floating dtype a contract may take or give: float16, bfloat16, float32, float64."""
+    return st.sampled_from(FLOAT_DTYPES)
+
+
 def float_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[float]]]:
     return st.tuples(*[st.lists(float32s(), min_size=n, max_size=n)
                        for n in row_lengths]).map(list)

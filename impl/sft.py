@@ -47,6 +47,7 @@ from batchproof.reference.sft import (  # the contract's argument checks, shared
     _zero_one,
     batch_rows,
     check_fp8_recipe,
+    exact_sum,
 )
 
 REQUIRED_KEYS = ("input_ids", "num_actions", "loss_mask")
@@ -535,7 +536,7 @@ def _scale(values: torch.Tensor, total: float | None) -> torch.Tensor:
             integral = ((values.trunc() == values) & (values.abs() <= _EXACT_INTS)).all()
             exact, total = torch.stack([integral.double(), values.double().sum()]).tolist()
             if not exact:
-                total = math.fsum(values.tolist())
+                total = exact_sum(values.tolist())
     return torch.tensor(1.0 / max(total, 1), dtype=torch.float32, device=values.device)
 
 

@@ -430,9 +430,17 @@ def _output_device(device, examples) -> torch.device:
     return torch.device("cpu")
 
 
+def exact_sum(values: list[float]) -> float:
+    """The exact sum (math.fsum), except that +inf and -inf together make NaN, as IEEE
+    addition does (math.fsum raises a ValueError there; a loss mask is not range-checked)."""
+    if math.inf in values and -math.inf in values:
+        return math.nan
+    return math.fsum(values)
+
+
 def _normalized(loss_mask: torch.Tensor) -> torch.Tensor:
     """loss_mask * float32(1 / max(total, 1)), total the exact sum of the float32 entries."""
-    total = math.fsum(loss_mask.flatten().tolist())
+    total = exact_sum(loss_mask.flatten().tolist())
     scale = torch.tensor(1.0 / max(total, 1), dtype=torch.float32)
     return loss_mask * scale
 

@@ -30,13 +30,16 @@ def rl_batch_cases(
     loss_masks: bool | None = None,
     logprobs: bool | None = None,
     max_seq_len: bool | None = None,
+    value_dtypes: Sequence[torch.dtype] = (),
 ) -> Case:
     """A valid `build_rl_batch` call: structure (lengths) first, then tokens and per-token values.
 
     `pairs`: the (prompt, response) lengths (default `blocks.length_pairs()`). `rewards`: the
     kinds of `REWARD_KINDS` to draw from. `loss_masks`, `logprobs`, `max_seq_len`: None draws
-    whether to pass it, True always passes it, False never. The defaults are what the registry
-    draws (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
+    whether to pass it, True always passes it, False never. `value_dtypes`: when given, each
+    per-token argument may come as 1-D tensors of one of these dtypes instead of lists (the
+    registry draws float16, bfloat16, float32, float64). The defaults (but `value_dtypes`) are
+    what the registry draws (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
     pairs = draw(pairs if pairs is not None else hs.length_pairs())
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
     prompts = draw(hs.token_rows(p_lens))
@@ -55,7 +58,27 @@ def rl_batch_cases(
     if max_seq_len or (max_seq_len is None and draw(st.integers(0, 2)) == 0):
         tight = max(p + r for p, r in pairs)  # near the tight width, on both sides of it
         kwargs["max_seq_len"] = max(0, tight + draw(st.integers(-3, 2)))
+    for name in PER_TOKEN_ARGS:
+        if kwargs.get(name) is not None and value_dtypes and draw(st.booleans()):
+            dtype = draw(st.sampled_from(value_dtypes))
+            kwargs[name] = [torch.tensor(row, dtype=dtype) if isinstance(row, list) else row
+                            for row in kwargs[name]]
     return Case((prompts, responses), kwargs)
+
+
+PER_TOKEN_ARGS = ("rewards", "loss_masks", "logprobs")
+
+
+def _is_row(values) -> bool:
+    """A per-token row (a list, or a 1-D tensor), not a scalar reward."""
+    return isinstance(values, list) or isinstance(values, torch.Tensor) and values.dim() == 1
+
+
+def _as_float32(values) -> torch.Tensor:
+    """A row of values rounded to float32 as the contract does (torch.tensor(v, float32))."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().to(torch.float32)
+    return torch.tensor(values, dtype=torch.float32)
 
 
 def _passed(draw, option: bool | None) -> bool:
@@ -87,7 +110,19 @@ def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) ->
     kind = draw(st.sampled_from([
         "pad_type", "pad_bool", "pad_range", "layout", "count", "empty", "values_count",
         "values_length", "reward_2d", "loss_2d_tensor", "not_a_list", "token_type",
-        "value_type"]))
+        "value_type", "token_tensor", "tokens_type"]))
+    if kind == "token_tensor":  # row tensors that are not 1-D integer ids, as a list or an NJT
+        shape, dtype, raises = draw(st.sampled_from([
+            ((1, 1), torch.int64, ValueError), ((1,), torch.float32, TypeError),
+            ((1,), torch.bool, TypeError)]))
+        rows = [torch.ones(shape, dtype=dtype) for _ in prompts]
+        if draw(st.booleans()):
+            rows = torch.nested.nested_tensor(rows, layout=torch.jagged)
+        return BadCase(Case((rows, responses), kwargs), raises,
+                       f"prompts[0] is a {dtype} tensor of shape {shape}")
+    if kind == "tokens_type":
+        bad = draw(st.sampled_from([5, "12", None]))
+        return BadCase(Case((bad, responses), kwargs), TypeError, "prompts is not a sequence")
     if kind == "pad_type":
         kwargs["pad_token_id"] = draw(st.sampled_from([0.0, "0", None]))
         return BadCase(Case((prompts, responses), kwargs), TypeError, "pad_token_id not an int")
@@ -163,7 +198,7 @@ def _to_tensors(case: Case) -> Case:
     kwargs = dict(case.kwargs)
     for name in ("rewards", "loss_masks", "logprobs"):
         if name in kwargs:
-            kwargs[name] = [torch.tensor(v, dtype=torch.float32) for v in kwargs[name]]
+            kwargs[name] = [_as_float32(v) for v in kwargs[name]]
     return Case((hs.tensor_rows(prompts, torch.int64), hs.tensor_rows(responses, torch.int64)),
                 kwargs)
 
@@ -176,6 +211,9 @@ def _to_jagged(case: Case, device: str = "cpu", holes: bool = False) -> Case:
         value = kwargs.get(name)
         if value is not None and all(isinstance(v, list) for v in value):
             kwargs[name] = hs.jagged(value, torch.float32, device, holes=holes)
+        elif value is not None and all(isinstance(v, torch.Tensor) for v in value):
+            dtype = value[0].dtype if len({v.dtype for v in value}) == 1 else torch.float32
+            kwargs[name] = hs.jagged([v.tolist() for v in value], dtype, device, holes=holes)
     return Case((hs.jagged(prompts, torch.int64, device, holes=holes),
                  hs.jagged(responses, torch.int64, device, holes=holes)), kwargs)
 
@@ -197,7 +235,7 @@ def _layout(case: Case) -> str:
 
 
 def _f32(values) -> list[float]:
-    return torch.tensor(values, dtype=torch.float32).tolist()
+    return _as_float32(values).tolist()
 
 
 def describe_row(case: Case, row: int) -> str:
@@ -322,10 +360,10 @@ def prop_alignment(case: Case, td) -> None:
                 continue
             row = td[key][i]
             values = given[i]
-            if not isinstance(values, list):  # a scalar reward: on the last response token
+            if not _is_row(values):  # a scalar reward: on the last response token
                 values = [0.0] * (r - 1) + [values] if r else []
             want = torch.zeros(r_width, dtype=torch.float32)
-            want[first:first + r] = torch.tensor(values, dtype=torch.float32)
+            want[first:first + r] = _as_float32(values)
             _assert(torch.equal(row.view(torch.int32), want.view(torch.int32)),
                     f"row {i}: {key} {row.tolist()} != {want.tolist()} (bitwise)")
 
@@ -455,6 +493,41 @@ BUILD_PINS = [
                 TypeError, "a None reward entry"),
         "a None per-token value must be a TypeError: numpy.fromiter(dtype=float32) makes it NaN "
         "(batchproof's own impl did, until 2026-11-24; SkyRL 0.4.0 does)"),
+    Pin("output_device_given", Case(([[1, 2]], [[3]]), {"pad_token_id": 0, "device": "cpu"}),
+        "an explicit device places the outputs there"),
+    Pin("count_mismatch", BadCase(Case(([[1], [2]], [[3]]), {"pad_token_id": 0}), ValueError,
+                                  "2 prompts, 1 response"),
+        "prompts and responses pair up one to one: never zip-truncate"),
+    Pin("prompts_not_a_sequence", BadCase(Case((5, [[3]]), {"pad_token_id": 0}), TypeError,
+                                          "prompts is an int"),
+        "prompts must be a sequence of rows"),
+    Pin("tensor_row_2d",
+        BadCase(Case(([torch.ones(1, 2, dtype=torch.int64)], [[3]]), {"pad_token_id": 0}),
+                ValueError, "prompts[0] is 2-D"),
+        "a 2-D row tensor is a ValueError naming the row, never flattened"),
+    Pin("tensor_row_float",
+        BadCase(Case(([torch.tensor([1.0])], [[3]]), {"pad_token_id": 0}), TypeError,
+                "prompts[0] holds floats"),
+        "a float row tensor is a TypeError naming the row, never truncated to ids"),
+    Pin("jagged_float_prompts",
+        BadCase(Case((torch.nested.nested_tensor([torch.tensor([1.0])], layout=torch.jagged),
+                      [[3]]), {"pad_token_id": 0}), TypeError, "float jagged prompts"),
+        "a float jagged tensor is read row by row: the reference's TypeError naming row 0 (the "
+        "impl raised its own message until 2026-11-24, and a TypeError for a 3-D one)"),
+    Pin("jagged_3d_prompts",
+        BadCase(Case((torch.nested.nested_tensor([torch.ones(1, 2, dtype=torch.int64)],
+                                                 layout=torch.jagged), [[3]]),
+                     {"pad_token_id": 0}), ValueError, "prompts[0] is 2-D"),
+        "a 3-D jagged tensor's rows are 2-D: the reference's ValueError naming row 0"),
+    *[Pin(name, BadCase(Case((prompts, [[2]]), {"pad_token_id": 0} | kwargs), raises, why), why)
+      for name, prompts, kwargs, raises, why in [
+          ("row_not_a_sequence", [5], {}, TypeError, "prompts[0] is an int"),
+          ("scalar_loss_mask", [[1]], {"loss_masks": [1.0]}, ValueError,
+           "a scalar per-row value is a reward only"),
+          ("string_reward_row", [[1]], {"rewards": ["1"]}, TypeError, "rewards[0] is a str"),
+          ("tensor_entry_in_values", [[1]], {"logprobs": [[torch.zeros(2)]]}, ValueError,
+           "a 1-D tensor inside a per-token list"),
+      ]],
 ]
 
 # --------------------------------------------------------------------------- response_values
@@ -510,7 +583,7 @@ EXAMPLE = Case(([[11, 12, 13], [21], [31, 32]], [[14, 15], [22, 23, 24, 25], []]
 BUILD_RL_BATCH = register(OpInfo(
     op="rl_batch",
     function="build_rl_batch",
-    valid=rl_batch_cases(),
+    valid=rl_batch_cases(value_dtypes=hs.FLOAT_DTYPES),
     invalid=bad_rl_batch_cases(),
     compare=assert_identical,
     properties=[

@@ -120,12 +120,15 @@ ATTENTION_KINDS = ("absent", "ones", "zeros")
 def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
                  packed: bool = False, max_len: int = hs.MAX_LEN,
                  loss_kinds: Sequence[str] | None = None,
-                 attention_kinds: Sequence[str] | None = None) -> list[dict]:
+                 attention_kinds: Sequence[str] | None = None,
+                 loss_dtypes: Sequence[torch.dtype] = ()) -> list[dict]:
     """Examples: lengths (>= 1, at most `max_len`; uniform, equal, heavy-tailed), num_actions
     (s and 1 favoured), which masks are given; then token ids (pad-id collisions), loss masks
     (0/1 with interior zeros, bools or float weights), attention masks (interior zeros only if
     not packed). `loss_kinds` (of `LOSS_KINDS`) and `attention_kinds` (of `ATTENTION_KINDS`)
-    narrow the choice; the defaults are what the registry draws."""
+    narrow the choice. `loss_dtypes`: when given, the loss masks may come as 1-D tensors of one
+    of these dtypes (the registry draws float16, bfloat16, float32, float64); the other defaults
+    are what the registry draws."""
     n = draw(st.integers(min_size, max_size))
     lengths = draw(_LENGTHS[n] if max_len == hs.MAX_LEN else hs.lengths(n, min_len=1,
                                                                           max_len=max_len))
@@ -144,12 +147,16 @@ def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
         elif kind == "zeros":  # 0/1 as ints, bools or floats (compared by value)
             example["attention_mask"] = list(map(draw(_MASK_TYPE), draw(_BINARY[s])))
         examples.append(example)
+    if loss_dtypes and draw(st.booleans()):
+        dtype = draw(st.sampled_from(loss_dtypes))
+        for example in examples:
+            example["loss_mask"] = torch.tensor(example["loss_mask"], dtype=dtype)
     return examples
 
 
 @st.composite
 def collate_cases(draw) -> Case:
-    examples = draw(sft_examples())
+    examples = draw(sft_examples(loss_dtypes=hs.FLOAT_DTYPES))
     kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49, -100]))}
     if draw(st.booleans()):
         kwargs["normalize"] = draw(st.booleans())
@@ -160,7 +167,7 @@ def collate_cases(draw) -> Case:
 def pack_cases(draw) -> Case:
     config = draw(parallel_configs())
     examples = draw(sft_examples(min_size=config.dp, max_size=config.dp + MAX_EXAMPLES - 1,
-                                 packed=True))
+                                 packed=True, loss_dtypes=hs.FLOAT_DTYPES))
     lengths = [len(ex["input_ids"]) for ex in examples]
     capacity = max(lengths) + draw(st.one_of(st.just(0), st.integers(0, 3),
                                              st.integers(0, 2 * hs.MAX_LEN)))
@@ -495,6 +502,11 @@ def _f32(values) -> list[float]:
     return torch.tensor([float(v) for v in values], dtype=torch.float32).tolist()
 
 
+def _fsum(values: list[float]) -> float:
+    """math.fsum, with IEEE's answer where both infinities meet (NaN; fsum raises)."""
+    return math.nan if math.inf in values and -math.inf in values else math.fsum(values)
+
+
 def _scale(total: float) -> float:
     return torch.tensor(1.0 / max(total, 1), dtype=torch.float32).item()
 
@@ -561,7 +573,7 @@ def _unpack(td, align: int) -> list[list[dict]]:
 
 def _total(case: Case) -> float:
     """The unscaled loss total of pack_sft: the exact sum of every example's full[1:]."""
-    return math.fsum(v for ex in _examples(case) for v in _full(ex)[1:])
+    return _fsum([v for ex in _examples(case) for v in _full(ex)[1:]])
 
 
 def _binary(case: Case) -> bool:
@@ -617,7 +629,7 @@ def prop_loss_right_aligned(case: Case, td) -> None:
     response = loss.shape[1]
     scale = 1.0
     if case.kwargs.get("normalize", False):
-        scale = _scale(math.fsum(v for ex in examples for v in _f32(ex["loss_mask"])))
+        scale = _scale(_fsum([v for ex in examples for v in _f32(ex["loss_mask"])]))
     for i, ex in enumerate(examples):
         want = [0.0] * (response - ex["num_actions"]) + _f32(ex["loss_mask"])
         if scale != 1.0 or case.kwargs.get("normalize", False):
@@ -843,8 +855,8 @@ def prop_pack_loss_total(case: Case, td) -> None:
     """The unscaled loss total is the sum over examples of full[1:]: the scaled output holds
     exactly the values full[1:] * float32(1 / max(total, 1)) (compared as exact sums)."""
     scale = _scale(_total(case))
-    want = math.fsum(_scaled([v for ex in _examples(case) for v in _full(ex)[1:]], scale))
-    got = math.fsum(td["loss_mask"].flatten().tolist())
+    want = _fsum(_scaled([v for ex in _examples(case) for v in _full(ex)[1:]], scale))
+    got = _fsum(td["loss_mask"].flatten().tolist())
     _assert(got == want or (math.isnan(got) and math.isnan(want)),
             f"loss_mask sums to {got!r}, expected {want!r} (sum of scaled full[1:])")
 
@@ -945,6 +957,16 @@ def _expect(key: str, want):
     return check
 
 
+def _expect_loss_values(want: list[float]):
+    """The non-zero loss_mask entries, in order, bit for bit (NaN matches NaN)."""
+    def check(case: Case, td) -> None:
+        got = [v for v in td["loss_mask"].flatten().tolist() if v != 0.0]
+        same = len(got) == len(want) and all(
+            math.isnan(a) and math.isnan(b) or _bits([a]) == _bits([b]) for a, b in zip(got, want))
+        _assert(same, f"loss_mask non-zero values {got}, expected {want}")
+    return check
+
+
 def _expect_rows(want: list[list[int]]):
     """Row r holds the sub-sequences whose first tokens are want[r] (token = 100 + index)."""
     def check(case: Case, td) -> None:
@@ -974,6 +996,28 @@ COLLATE_PINS = [
              {"pad_token_id": 0, "normalize": True}),
         "normalize divides by the batch's total (token mean), not per sequence",
         _expect("loss_mask", [[0.25, 0.25, 0.25], [0.0, 0.0, 0.25]])),
+    *[Pin(f"total_{name}", Case(([_ex([1] * len(loss), len(loss), loss)],),
+                                {"pad_token_id": 0, "normalize": True}),
+          why, _expect_loss_values(want)) for name, loss, why, want in [
+        ("at_2_24", [16777215.0, 1.0], "total 2**24: exact in any float (the boundary)",
+         [0.9999999403953552, 5.960464477539063e-08]),
+        ("past_2_24", [16777216.0, 1.0],
+         "total 2**24 + 1: a float32 sum loses the 1 (scale 2**-24, loss 1.0 instead of "
+         "0.99999994)", [0.9999999403953552, 5.9604641222676946e-08]),
+        ("beyond_float32", [3e38, 3e38],
+         "total 6e38 overflows float32: a float32 sum is inf and scales every weight to 0",
+         [0.4999999701976776, 0.4999999701976776]),
+        ("needs_fsum", [2.0**53, 1.0, -2.0**53, 1.5],
+         "a float64 sum in order drops the 1 (2**53 + 1 rounds to 2**53): total 1.5, not 2.5",
+         [3602879755583488.0, 0.4000000059604645, -3602879755583488.0, 0.6000000238418579])]],
+    Pin("opposite_infinities_make_nan",
+        Case(([{"input_ids": [1, 2, 3], "num_actions": 2,
+                "loss_mask": torch.tensor([3e38, -3e38], dtype=torch.float16)}],),
+             {"pad_token_id": 0, "normalize": True}),
+        "float16 weights beyond 65504 are +-inf; their exact sum (math.fsum) raised ValueError "
+        "in reference and impl alike, where IEEE addition gives NaN (found 2026-11-24 when the "
+        "strategies began to draw float16 loss masks)",
+        _expect_loss_values([math.nan, math.nan])),
 ]
 
 def _expect_int(want: int):

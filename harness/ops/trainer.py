@@ -139,7 +139,8 @@ def trainer_batches(draw) -> TensorDict:
     if draw(st.booleans()):
         kwargs["logprobs"] = _float_rows(gen, r_lens)
     td = build_rl_batch(_token_rows(gen, p_lens), _token_rows(gen, r_lens), **kwargs)
-    return _with_trainer_fields(td, gen, draw(st.lists(st.booleans(), min_size=5, max_size=5)))
+    return _with_trainer_fields(td, gen, draw(st.lists(st.booleans(), min_size=5, max_size=5)),
+                                draw(hs.float_dtypes()))
 
 
 def _token_rows(gen: torch.Generator, lengths: list[int]) -> list[list[int]]:
@@ -169,14 +170,17 @@ def _split(flat: list, lengths: list[int]) -> list[list]:
     return out
 
 
-def _with_trainer_fields(td: TensorDict, gen: torch.Generator, which: list[bool]) -> TensorDict:
+def _with_trainer_fields(td: TensorDict, gen: torch.Generator, which: list[bool],
+                         dtype: torch.dtype = torch.float32) -> TensorDict:
+    """Optional trainer fields; `scores` and `advantages` in `dtype` (any float dtype)."""
     batch, width = td["input_ids"].shape
     response_width = td["response_mask"].shape[1]
     scores, advantages, uid, multi_axis, flagged = which
     if scores:
-        td.set("scores", _floats(gen, batch))
+        td.set("scores", _floats(gen, batch).to(dtype))
     if advantages:
-        td.set("advantages", _floats(gen, batch * response_width).reshape(batch, response_width))
+        td.set("advantages", _floats(gen, batch * response_width).reshape(batch, response_width)
+               .to(dtype))
     if uid:
         td.set("uid", torch.randint(0, 3, (batch,), generator=gen))
     if multi_axis:  # multi-axis RoPE: (B, 3, T), axes that differ on real rows
@@ -487,6 +491,13 @@ PAD_PINS = [
         "response tokens left-aligned after them",
         _expect_padding_row(input_ids=[0, 9, 9, 9, 9, 0], attention_mask=[0, 1, 1, 1, 1, 0],
                             position_ids=[0, 0, 1, 2, 3, 3], response_mask=[0, 0, 0])),
+    Pin("two_segment_odd_min_length",
+        Case((_batch([[1, 2, 3], [4]], [[5, 6], [7, 8, 9]], layout="two_segment"), 4),
+             {"eos_token_id": 9, "min_length": 3}),
+        "an odd min_length gives the prompt the extra token: ceil(3/2) = 2 prompt tokens, "
+        "floor(3/2) = 1 response token (columns [P - 2, P + 1) = [1, 4))",
+        _expect_padding_row(input_ids=[0, 9, 9, 9, 0, 0], attention_mask=[0, 1, 1, 1, 0, 0],
+                            position_ids=[0, 0, 1, 2, 2, 2], response_mask=[0, 0, 0])),
     Pin("existing_is_padding_extended",
         Case((_flagged(_batch([[1], [2], [3]], [[4], [5], [6]]), [False, True, False]), 2),
              {"eos_token_id": 2}),

@@ -435,6 +435,20 @@ def _sequence_mean(examples, **kwargs):
     return td
 
 
+def _normalized_by(total_of):
+    """collate_sft whose normalize scale is float32(1 / max(total_of(loss_mask), 1)): the
+    magnitude bugs of an inexact total."""
+    def collate(examples, *, pad_token_id, normalize=False, device=None):
+        td = _collate(examples, pad_token_id=pad_token_id, normalize=False, device=device)
+        if normalize:
+            loss = td["loss_mask"]
+            scale = torch.tensor(1.0 / max(total_of(loss), 1), dtype=torch.float32,
+                                 device=loss.device)
+            td["loss_mask"] = loss * scale
+        return td
+    return collate
+
+
 def _choice(name, function, bug, killers, replacement) -> ZooEntry:
     return ZooEntry(name=f"sft.{name}", op="sft", function=function, bug=f"spec choice: {bug}",
                     killers=killers, replacement=replacement, oracle=True)
@@ -697,5 +711,28 @@ ENTRIES = [
             "normalize=True divides by each row's own total (sequence mean) instead of the "
             "batch total (token mean)",
             ("property:normalized_weights", "pin:token_mean_normalization"), _sequence_mean),
+    # magnitudes: the total normalize divides by, exact on one side of a boundary only
+    ZooEntry(
+        name="sft.normalize_total_float32", op="sft", function="collate_sft",
+        bug="the normalize total accumulated in float32: exact up to 2**24, then it loses the "
+            "small values, and a total beyond 3.4e38 is inf (every weight scaled to 0)",
+        killers=("equivalence", "pin:total_past_2_24", "pin:total_beyond_float32"),
+        replacement=_normalized_by(lambda loss: float(loss.sum())),
+    ),
+    ZooEntry(
+        name="sft.normalize_total_in_order", op="sft", function="collate_sft",
+        bug="the normalize total summed in float64 in order instead of exactly: 2**53 + 1 "
+            "rounds away the 1",
+        killers=("pin:total_needs_fsum",),
+        replacement=_normalized_by(lambda loss: sum(loss.double().flatten().tolist())),
+    ),
+    ZooEntry(
+        name="sft.oracle_normalize_total_fsum_raises", op="sft", function="collate_sft",
+        bug="the exact total taken with math.fsum alone, in the reference too: +inf and -inf "
+            "loss weights (float16 3e38) raise ValueError where IEEE addition gives NaN",
+        killers=("pin:opposite_infinities_make_nan",),
+        replacement=_normalized_by(lambda loss: math.fsum(loss.flatten().tolist())),
+        oracle=True,
+    ),
 ]
 

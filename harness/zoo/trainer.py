@@ -87,7 +87,8 @@ def _oracle_duplicate_real_rows(td, multiple, **kwargs):
 def _multi_axis_positions_zeroed(td, multiple, **kwargs):
     """(B, 3, T) position ids not recognised as positions: the padding row gets zeros."""
     out, batch, count = _padded(td, multiple, **kwargs)
-    if count and out.get("position_ids").dim() == 3:
+    positions = out.get("position_ids", None)
+    if count and positions is not None and positions.dim() == 3:
         _replace_padding(out, batch, "position_ids", 0)
     return out
 
@@ -172,6 +173,46 @@ def _flags_reversed(td, multiple, **kwargs):
     out, batch, count = _padded(td, multiple, **kwargs)
     if count and "is_padding" not in td.keys():
         out.set("is_padding", out.get("is_padding").flip(0))
+    return out
+
+
+def _layout_of(td, kwargs):
+    if kwargs.get("layout") is not None:
+        return kwargs["layout"]
+    return td.get_non_tensor("layout") if "layout" in td.keys() else None
+
+
+def _padding_response_gets_extra(td, multiple, **kwargs):
+    """An odd min_length gives the response the extra token (pp = floor, rr = ceil): in a
+    two_segment batch the padding sample's tokens sit one column further right."""
+    out, batch, count = _padded(td, multiple, **kwargs)
+    attention = out.get("attention_mask", None)
+    if (count == 0 or attention is None or _layout_of(td, kwargs) != "two_segment"
+            or kwargs.get("min_length", 2) % 2 == 0 or bool(attention[batch:, -1].any())):
+        return out
+    for key in ("input_ids", "attention_mask"):
+        _replace_padding(out, batch, key, out.get(key)[batch:].roll(1, dims=1))
+    positions = out.get("position_ids", None)
+    if positions is not None:
+        rows = (out.get("attention_mask")[batch:].cumsum(1) - 1).clamp(min=0)
+        if positions.dim() == 3:
+            rows = rows.unsqueeze(1).expand(-1, positions.shape[1], -1)
+        _replace_padding(out, batch, "position_ids", rows.to(positions.dtype))
+    return out
+
+
+def _padding_rows_fully_masked(td, multiple, **kwargs):
+    """Padding rows with no attended token at all (attention 0, pad tokens, positions 0)
+    instead of a minimal attended sample of eos tokens."""
+    out, batch, count = _padded(td, multiple, **kwargs)
+    if count == 0:
+        return out
+    pad = kwargs.get("pad_token_id")
+    if pad is None:
+        pad = td.get_non_tensor("pad_token_id")
+    for key, fill in (("input_ids", pad), ("attention_mask", 0), ("position_ids", 0)):
+        if out.get(key, None) is not None:
+            _replace_padding(out, batch, key, fill)
     return out
 
 
@@ -290,4 +331,50 @@ ENTRIES = [
     _entry("mask_ignored", "broadcast_stepwise_advantages",
            "every column receives the scalar, prompt padding included",
            ("property:support_is_mask", "equivalence"), _mask_ignored),
+    # spec choices (trainer.md, "Spec choices"): the other plausible rule, planted in the
+    # reference too, so only the properties and the literal pins can tell it from the contract
+    _entry("oracle_multiple_product_not_lcm", "required_multiple",
+           "spec choice: the sizes' product instead of their lcm",
+           ("property:least", "pin:dp2_mini15_n8"), _product_not_lcm, oracle=True),
+    _entry("oracle_mini_batch_counts_trajectories", "required_multiple",
+           "spec choice: mini-batch sizes count trajectories (n not multiplied in) instead of "
+           "prompts", ("property:divisible", "pin:dp2_mini15_n8"), _mini_ignores_n, oracle=True),
+    _entry("oracle_actor_updates_ignored", "required_multiple",
+           "spec choice: the actor's mini-batches required on a critic-only step too",
+           ("property:least", "pin:critic_only_when_actor_frozen"), _actor_updates_ignored,
+           oracle=True),
+    _entry("oracle_padding_rows_first", "pad_to_multiple",
+           "spec choice: padding rows prepended instead of appended",
+           ("property:real_rows_unchanged",), _padding_rows_first, oracle=True),
+    _entry("oracle_padding_response_gets_extra", "pad_to_multiple",
+           "spec choice: an odd min_length gives the response the extra token (pp = floor, "
+           "rr = ceil) instead of the prompt",
+           ("property:padding_sample_valid", "pin:two_segment_odd_min_length"),
+           _padding_response_gets_extra, oracle=True),
+    _entry("oracle_padding_rows_fully_masked", "pad_to_multiple",
+           "spec choice: padding rows without any attended token instead of a minimal "
+           "attended sample of eos tokens",
+           ("property:padding_sample_valid", "pin:response_mask_other_shape"),
+           _padding_rows_fully_masked, oracle=True),
+    _entry("oracle_is_padding_overwritten", "pad_to_multiple",
+           "spec choice: an existing is_padding replaced (only the new rows flagged) instead of "
+           "extended", ("property:is_padding_flags", "pin:existing_is_padding_extended"),
+           _is_padding_overwritten, oracle=True),
+    _entry("oracle_is_padding_added_when_divisible", "pad_to_multiple",
+           "spec choice: a copy with an all-False is_padding when B % multiple == 0 instead of "
+           "the input itself", ("property:batch_size",), _is_padding_when_divisible,
+           oracle=True),
+    _entry("oracle_real_rows_by_count", "real_rows",
+           "spec choice: the first B - #padding rows instead of the rows flagged False",
+           ("property:keeps_real_rows", "pin:interleaved_padding"), _real_rows_by_count,
+           oracle=True),
+    _entry("oracle_last_step_masked_row", "broadcast_stepwise_advantages",
+           "spec choice: every step gets its trajectory's last step's row instead of the "
+           "scalar at its own response columns",
+           ("property:trajectory_scalar", "pin:skyrl_last_step_row"), _last_step_masked_row,
+           oracle=True),
+    _entry("oracle_product_not_where", "broadcast_stepwise_advantages",
+           "spec choice: scalar * mask (-0.0 off the mask for a negative scalar) instead of "
+           "where(mask, scalar, +0.0)", ("property:support_is_mask",), _product_not_where,
+           oracle=True),
 ]

@@ -23,12 +23,11 @@ multiplies the whole tensor (a NaN scale makes them NaN there as well).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
 from batchproof.impl import kernels
+from batchproof.reference.sft import exact_sum
 
 _EXACT_INTS = 2**24  # |v| bound under which a float64 sum of < 2**29 integral values is exact
 
@@ -169,6 +168,6 @@ def _scale(loss_flat: np.ndarray, loss_off: np.ndarray, order: np.ndarray,
     each example order[k] (float64 when that is exact, else math.fsum, as the reference)."""
     total, exact = _loss_total(loss_flat, loss_off, order, targets)
     if not exact:  # non-integral values (or NaN / inf): the exact sum, as the reference's fsum
-        total = math.fsum(np.concatenate([loss_flat[loss_off[i + 1] - t:loss_off[i + 1]]
+        total = exact_sum(np.concatenate([loss_flat[loss_off[i + 1] - t:loss_off[i + 1]]
                                           for i, t in zip(order, targets)]).tolist())
     return np.float32(1.0 / max(total, 1))
