@@ -322,9 +322,7 @@ class _Values:
 
 def _place_scalar_rewards(dense, scalars, r_len, r_start):
     """A scalar reward sits on the row's last response token; nothing when r_i == 0."""
-    is_scalar, value = scalars
-    if dense.shape[1] == 0:
-        return
+    is_scalar, value = scalars  # (dense has R > 0 columns: _place_values returns R == 0 early)
     rows = torch.arange(dense.shape[0], device=dense.device)
     last = (r_start + r_len - 1).clamp(min=0)  # no host sync: every row writes, most unchanged
     dense[rows, last] = torch.where(is_scalar & (r_len > 0), value, dense[rows, last])
@@ -333,12 +331,12 @@ def _place_scalar_rewards(dense, scalars, r_len, r_start):
 def _flatten_tokens(rows, name, device):
     """(lengths int64 (B,), flat int64 tokens) on `device` from lists, tensors or an NJT."""
     if isinstance(rows, torch.Tensor) and rows.is_nested:
-        if rows.dim() != 2 or rows.is_floating_point() or rows.dtype == torch.bool:
-            raise TypeError(f"{name} as a jagged tensor must be 2-D with integer token ids")
-        if without_holes(rows):
+        if without_holes(rows) and not (rows.is_floating_point() or rows.dtype == torch.bool):
             offsets = rows.offsets().to(device)
             return torch.diff(offsets), rows.values().to(device=device, dtype=torch.int64)
-        rows = list(rows.unbind())  # values() holds holes: read its rows, as the reference
+        # values() holds holes, or rows the reference rejects (not 1-D, not integer): read its
+        # rows, as the reference does (its error names the row)
+        rows = list(rows.unbind())
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
         raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
     kinds = set(map(type, rows))
