@@ -248,14 +248,14 @@ def _last_step_masked_row(scalars, traj_ids, response_mask):
 def _product_not_where(scalars, traj_ids, response_mask):
     adv = _broadcast_ok(scalars, traj_ids, response_mask)
     values = torch.as_tensor(scalars, dtype=torch.float32).to(adv.device)
-    ids = torch.as_tensor(traj_ids).to(adv.device)
+    ids = torch.as_tensor(traj_ids, dtype=torch.int64).to(adv.device)
     return values[ids].unsqueeze(1) * response_mask.to(torch.float32)
 
 
 def _mask_ignored(scalars, traj_ids, response_mask):
     adv = _broadcast_ok(scalars, traj_ids, response_mask)
     values = torch.as_tensor(scalars, dtype=torch.float32).to(adv.device)
-    ids = torch.as_tensor(traj_ids).to(adv.device)
+    ids = torch.as_tensor(traj_ids, dtype=torch.int64).to(adv.device)
     return values[ids].unsqueeze(1).expand(adv.shape).clone()
 
 
