@@ -3,7 +3,8 @@
 Every runner — the pytest suite, `batchproof verify`, `batchproof mutate --zoo`, `batchproof check`,
 `batchproof.check()` — calls `run_check(info, check_name, candidate)`, which builds a Hypothesis
 test for that check on the fly and runs it under the active profile (or the settings it is given).
-Pinned historical cases are attached as `@example`s.
+Pinned historical cases are attached as `@example`s. `batchproof fuzz` hands HypoFuzz the same
+tests (`given_test`, exposed by `batchproof.fuzz_targets`), under the same database keys.
 
 What a failure means: a `HarnessError` is batchproof's own fault (the oracle rejected an input its
 strategy calls valid, or raised another exception than its registry record declares); any other
@@ -25,6 +26,7 @@ import torch
 from hypothesis import example, given, target
 from hypothesis.control import currently_in_test_context
 from hypothesis.errors import DidNotReproduce
+from hypothesis.internal.reflection import function_digest
 from tensordict import TensorDictBase
 
 from batchproof.compare import Mismatch, assert_identical
@@ -71,35 +73,79 @@ def run_check(
     smaller case may be (an adapter's domain, less its known divergences; default: any).
     """
     stats = stats if stats is not None else CheckStats()
+    if check.startswith("pin:"):
+        pin = _pin(info, check.removeprefix("pin:"))
+        call = candidate if candidate is not None else _late_bound_impl(info)
+        stats.examples += 1
+        try:
+            check_pin(info, pin.name, call, device, messages=candidate is None)
+        except BaseException:
+            stats.failing = pin.case
+            raise
+        return stats
+    body, strategy, pins = _search(info, check, candidate, device)
+    test = _given_test(info, check, body, strategy, pins, stats)
+    _run_given(info, test, body, settings=settings, stats=stats, seed=seed,
+               reproduce=reproduce, admits=admits)
+    return stats
+
+
+def searched(check: str) -> bool:
+    """Whether `check` draws its examples (equivalence, errors, property:NAME), as opposed to a
+    pin, one fixed example."""
+    return check in ("equivalence", "errors") or check.startswith("property:")
+
+
+# `batchproof.fuzz_targets` exposes each searched check as this pytest test, which `batchproof
+# fuzz` collects with the package folder as pytest's rootdir: HypoFuzz keys a test's examples by
+# its pytest node id, `fuzz_targets.py::test_NAME`, so run_check keys the same test the same way
+FUZZ_MODULE = "fuzz_targets.py"
+
+
+def check_test_name(info: OpInfo, check: str) -> str:
+    """The name of a check's Hypothesis test: OP__FUNCTION__CHECK (`:` spelled `__`)."""
+    return f"{info.op}__{info.function}__{check.replace(':', '__')}"
+
+
+def fuzz_node_id(info: OpInfo, check: str) -> str:
+    """The pytest node id of the check's test in `batchproof.fuzz_targets` (rootdir: the package
+    folder); it tells the check's Hypothesis database key apart from every other check's."""
+    return f"{FUZZ_MODULE}::test_{check_test_name(info, check)}"
+
+
+def given_test(info: OpInfo, check: str, candidate: Candidate | None = None, *,
+               device: str = "cpu", stats: CheckStats | None = None) -> Callable[[], None]:
+    """The Hypothesis test that `run_check` runs for a searched check (`searched`): pins
+    attached as `@example`s, no settings of its own (the loaded profile's apply), and the same
+    Hypothesis database key as `run_check`'s, so that examples saved by one (by HypoFuzz through
+    `batchproof.fuzz_targets`) replay in the other (`batchproof verify`, the pytest suite)."""
+    if not searched(check):
+        raise ValueError(f"{check!r} of {info.name} is not a searched check (a pin is one "
+                         "example: run_check runs it)")
+    body, strategy, pins = _search(info, check, candidate, device)
+    return _given_test(info, check, body, strategy, pins,
+                       stats if stats is not None else CheckStats())
+
+
+def _search(info: OpInfo, check: str, candidate: Candidate | None, device: str):
+    """(body, strategy, pins) of a searched check: `body(case)` checks one drawn case."""
     messages = candidate is None  # impl/ raises the reference's own messages
     call = candidate if candidate is not None else _late_bound_impl(info)
-    search = dict(settings=settings, stats=stats, seed=seed, reproduce=reproduce,
-                  admits=admits)
     if check == "equivalence":
         body = lambda case: check_equivalence(info, case, call, device)
-        _run_given(info, check, body, info.valid, _valid_pins(info), **search)
-    elif check == "errors":
+        return body, info.valid, _valid_pins(info)
+    if check == "errors":
         if info.invalid is None:
             raise ValueError(f"{info.name} declares no invalid inputs")
         body = lambda bad: check_error_parity(info, bad, call, device, messages)
-        _run_given(info, check, body, info.invalid, _bad_pins(info), **search)
-    elif check.startswith("property:"):
+        return body, info.invalid, _bad_pins(info)
+    if check.startswith("property:"):
         prop = _property(info, check.removeprefix("property:"))
         formed = as_called(info, call)
         body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, formed, device)),
                                         formed)
-        _run_given(info, check, body, info.valid, _valid_pins(info), **search)
-    elif check.startswith("pin:"):
-        pin = _pin(info, check.removeprefix("pin:"))
-        stats.examples += 1
-        try:
-            check_pin(info, pin.name, call, device, messages)
-        except BaseException:
-            stats.failing = pin.case
-            raise
-    else:
-        raise ValueError(f"unknown check {check!r} for {info.name}; known: {info.check_names()}")
-    return stats
+        return body, info.valid, _valid_pins(info)
+    raise ValueError(f"unknown check {check!r} for {info.name}; known: {info.check_names()}")
 
 
 def _late_bound_impl(info: OpInfo) -> Candidate:
@@ -107,8 +153,7 @@ def _late_bound_impl(info: OpInfo) -> Candidate:
     return lambda *args, **kwargs: info.impl(*args, **kwargs)
 
 
-def _run_given(info, check, body, strategy, pins, settings, stats, seed, reproduce,
-               admits) -> None:
+def _given_test(info, check, body, strategy, pins, stats):
     def test(case):
         stats.examples += 1
         before = _copy(case)  # the candidate may change its input: keep the call as it was made
@@ -118,13 +163,32 @@ def _run_given(info, check, body, strategy, pins, settings, stats, seed, reprodu
             stats.failing = before  # Hypothesis replays the minimal failing case last
             raise
 
-    test.__name__ = f"{info.op}__{info.function}__{check.replace(':', '__')}"
+    test.__name__ = check_test_name(info, check)
     test.__qualname__ = test.__name__
-    # distinct Hypothesis database keys per record and check
+    # hashed with the source of `test`: the seed of a derandomized run (`ci`, `mutation`),
+    # distinct per record and check
     test._hypothesis_internal_add_digest = test.__name__.encode()
     wrapped = given(case=strategy)(test)
     for pin in pins:
         wrapped = example(case=pin)(wrapped)
+    wrapped._hypothesis_internal_database_key = _database_key(test, fuzz_node_id(info, check))
+    return wrapped
+
+
+def _database_key(test: Callable[..., Any], node_id: str) -> bytes:
+    """The Hypothesis database key of `test` as HypoFuzz computes it: Hypothesis' digest of the
+    test, with its pytest node id hashed in place of its name (HypoFuzz sets the one to the
+    other before it digests). Hypothesis reads a test's key from this attribute, when set; the
+    name stays the seed of derandomized runs, so their examples are those they always were."""
+    named = test._hypothesis_internal_add_digest
+    test._hypothesis_internal_add_digest = node_id.encode()
+    try:
+        return function_digest(test)
+    finally:
+        test._hypothesis_internal_add_digest = named
+
+
+def _run_given(info, wrapped, body, *, settings, stats, seed, reproduce, admits) -> None:
     if reproduce is not None:  # Hypothesis prints a replayed case itself; reports show a call
         settings = hypothesis.settings(settings or hypothesis.settings(),
                                        verbosity=hypothesis.Verbosity.quiet)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import pytest
 
@@ -42,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _fuzz_targets_keyed_as_run_check(items)
     gpu_items = [item for item in items if "gpu" in item.keywords]
     if not gpu_items:
         return
@@ -58,3 +60,25 @@ def pytest_report_header(config: pytest.Config) -> str:
     from hypothesis import settings
 
     return f"batchproof: hypothesis profile {settings._current_profile!r}"
+
+
+def _fuzz_targets_keyed_as_run_check(items: list[pytest.Item]) -> None:
+    """Refuse a HypoFuzz run of `batchproof.fuzz_targets` collected under other node ids than
+    `batchproof fuzz` gives them: HypoFuzz keys a test's examples by its node id, and `verify`
+    would never replay what it found."""
+    detection = sys.modules.get("hypofuzz.detection")
+    if detection is None or not detection.in_hypofuzz_run():
+        return
+    for item in items:
+        module = getattr(item, "module", None)
+        if getattr(module, "__name__", "").rpartition(".")[2] != "fuzz_targets" \
+                or not hasattr(module, "TARGETS"):
+            continue
+        from batchproof.checks import FUZZ_MODULE
+
+        expected = f"{FUZZ_MODULE}::{item.name}"
+        if item.nodeid != expected:
+            raise pytest.UsageError(
+                f"{item.nodeid}: batchproof's fuzz targets must be collected as {expected!r} "
+                "(what `batchproof fuzz` does: the package folder as rootdir), or what HypoFuzz "
+                "finds is saved under database keys `batchproof verify` never reads")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import quote
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import (
@@ -90,9 +91,23 @@ def shared_database(spec: str) -> ExampleDatabase | None:
             raise ValueError(f"{SHARED_DATABASE}={spec!r}: expected github:OWNER/REPO or "
                              "github:OWNER/REPO/ARTIFACT")
         owner, repo, *artifact = parts
-        return ReadOnlyDatabase(GitHubArtifactDatabase(
+        return ReadOnlyDatabase(NamedArtifactDatabase(
             owner, repo, artifact_name=artifact[0] if artifact else "hypothesis-db"))
     return ReadOnlyDatabase(DirectoryBasedExampleDatabase(spec))
+
+
+class NamedArtifactDatabase(GitHubArtifactDatabase):
+    """Hypothesis' `GitHubArtifactDatabase`, asking GitHub for the artifacts of its name only.
+
+    Hypothesis lists the repository's artifacts of every name, one page of the 30 newest, and
+    looks for its name there: where CI uploads 30 other artifacts (reports) between two nightly
+    runs, it finds none and reads nothing (a warning, and every check runs as if no night had
+    been). Asking with `?name=` finds the newest `hypothesis-db` however many others came after."""
+
+    def _get_bytes(self, url: str) -> bytes | None:
+        if url == f"https://api.github.com/repos/{self.owner}/{self.repo}/actions/artifacts":
+            url += f"?name={quote(self.artifact_name)}&per_page=100"
+        return super()._get_bytes(url)
 
 
 def with_shared(name: str, profile: settings, shared: ExampleDatabase | None) -> settings:

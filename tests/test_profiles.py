@@ -3,9 +3,13 @@ found is replayed by a CI run that reads the nightly database read-only."""
 
 from __future__ import annotations
 
+import io
+import json
+import zipfile
+
 import pytest
 from hypothesis import Phase, settings
-from hypothesis.database import DirectoryBasedExampleDatabase, GitHubArtifactDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, GitHubArtifactDatabase, _hash
 
 from batchproof import profiles, registry
 from batchproof.checks import CheckStats, run_check
@@ -69,3 +73,27 @@ def test_profiles_read_the_shared_database_only_when_named(tmp_path) -> None:
         assert profiles.with_shared(name, profile, None) is profile
     mutation = profiles.PROFILES["mutation"]
     assert profiles.with_shared("mutation", mutation, shared) is mutation
+
+
+def test_the_github_database_asks_for_its_artifact_by_name(tmp_path, monkeypatch) -> None:
+    """Hypothesis looks for the artifact among the repository's 30 newest artifacts of any name
+    (one page): batchproof asks GitHub for the artifacts of its name, so that the nightly one is
+    found however many CI reports were uploaded after it."""
+    assert type(profiles.shared_database("github:octo/repo")._wrapped) \
+        is profiles.NamedArtifactDatabase
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(f"{_hash(b'key')}/{_hash(b'saved')}", b"saved")
+    listing = {"artifacts": [{"name": "hypothesis-db", "created_at": "2026-01-02T00:00:00Z",
+                              "archive_download_url": "https://api.github.com/zip/1"}]}
+    asked = []
+
+    def get(self, url: str) -> bytes:
+        asked.append(url)
+        return archive.getvalue() if url.endswith("/zip/1") else json.dumps(listing).encode()
+
+    monkeypatch.setattr(GitHubArtifactDatabase, "_get_bytes", get)
+    db = profiles.NamedArtifactDatabase("octo", "repo", "hypothesis-db", path=tmp_path)
+    assert list(db.fetch(b"key")) == [b"saved"]
+    assert asked == ["https://api.github.com/repos/octo/repo/actions/artifacts"
+                     "?name=hypothesis-db&per_page=100", "https://api.github.com/zip/1"]
