@@ -12,7 +12,7 @@
     batchproof mutate --mutmut [--op NAME ...] [--since GIT_REV]   (in a clone of the repository)
     batchproof bench [--op NAME ...] [--device cpu|cuda] [--quick] [--json FILE]
     batchproof fuzz [--op NAME ...] [--check NAME ...] [-n WORKERS] [--profile nightly|dev]
-                    [--dashboard [--port N]]   (HypoFuzz, until stopped: docs/fuzzing.md)
+                    [--dashboard | --dashboard-only] [--port N]   (HypoFuzz: docs/fuzzing.md)
 
 Exit status: 0 every check passed (mutate: every planted bug or mutant was killed); 1 a divergence
 was found (mutate: one survived); 2 a usage error; 3 the target could not be imported, or
@@ -805,6 +805,10 @@ def check(args: argparse.Namespace) -> int:
 
 
 FUZZ_MISSING = "batchproof fuzz needs HypoFuzz: pip install 'batchproof[fuzz]'"
+# `hypothesis fuzz`, with the ops' logged warnings unshown (checked, as in `verify`; HypoFuzz's
+# worker processes inherit the handler)
+HYPOFUZZ_MAIN = ("import logging; logging.getLogger().addHandler(logging.NullHandler()); "
+                 "from hypothesis.extra.cli import main; main(prog_name='hypothesis')")
 
 
 def fuzz(args: argparse.Namespace) -> int:
@@ -825,6 +829,7 @@ def fuzz(args: argparse.Namespace) -> int:
         raise UsageError(f"--profile {profile} is derandomized, without a database: HypoFuzz "
                          "fuzzes none of its tests (nightly or dev)")
     _load_profile(profile)  # an unknown name, a malformed shared database: one line
+    _read_shared_database_once()
     workers = args.workers if args.workers is not None else _cores()
     if workers < 1:
         raise UsageError(f"-n must be at least 1, got {workers}")
@@ -835,13 +840,16 @@ def fuzz(args: argparse.Namespace) -> int:
         raise UsageError("no searched check selected: a pin is one example, nothing to fuzz "
                          "(`batchproof verify` runs it)")
     tests = [f"{fuzz_module()}::test_{checks.check_test_name(i, c)}" for i, c in pairs]
-    dashboard = ["--dashboard", "--port", str(args.port)] if args.dashboard else ["--no-dashboard"]
+    dashboard = (["--dashboard-only"] if args.dashboard_only else ["--dashboard"]
+                 if args.dashboard else ["--no-dashboard"])
+    if args.dashboard or args.dashboard_only:
+        dashboard += ["--port", str(args.port)]
     pytest_args = fuzz_pytest_args(profile, tests if args.op or args.check else None)
-    say(f"{PROG} fuzz: HypoFuzz on {workers} process{'es' * (workers > 1)}, {len(tests)} "
-        f"checks, profile {profile}; until stopped (Ctrl-C)")
-    command = [sys.executable, "-c", "from hypothesis.extra.cli import main; "
-               "main(prog_name='hypothesis')", "fuzz", "-n", str(workers), *dashboard, "--",
-               *pytest_args]
+    doing = "dashboard only" if args.dashboard_only else \
+        f"HypoFuzz on {workers} process{'es' * (workers > 1)}"
+    say(f"{PROG} fuzz: {doing}, {len(tests)} checks, profile {profile}; until stopped (Ctrl-C)")
+    command = [sys.executable, "-c", HYPOFUZZ_MAIN, "fuzz", "-n", str(workers), *dashboard,
+               "--", *pytest_args]
     started = time.time()
     # `timeout` and CI stop it with SIGTERM (sent to the whole process group): HypoFuzz's
     # processes end, and this one prints what they did
@@ -857,8 +865,19 @@ def fuzz(args: argparse.Namespace) -> int:
             child.kill()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    _fuzz_summary(pairs, started)
+    if not args.dashboard_only:
+        _fuzz_summary(pairs, started)
     return 128 - code if code < 0 else code  # killed by a signal: the shell's status
+
+
+def _read_shared_database_once() -> None:
+    """A `github:` shared database downloads its artifact here, once (Hypothesis keeps it a day
+    under .hypothesis/github-artifacts/): HypoFuzz's processes then read this copy, rather than
+    each downloading its own at the same moment and deleting the others' (it keeps one zip)."""
+    from hypothesis import settings
+
+    if settings().database is not None:
+        list(settings().database.fetch(b"batchproof fuzz: read the shared database once"))
 
 
 def fuzz_module():
@@ -1075,6 +1094,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "nightly (default) or dev")
     p.add_argument("--dashboard", action="store_true",
                    help="serve HypoFuzz's live dashboard on localhost")
+    p.add_argument("--dashboard-only", action="store_true",
+                   help="serve the dashboard of what the database holds (e.g. the nightly "
+                        "runs', with BATCHPROOF_SHARED_DATABASE), without fuzzing")
     p.add_argument("--port", type=int, default=9999, help="the dashboard's port (default 9999)")
     return parser
 
