@@ -572,8 +572,9 @@ def _list_placements() -> None:
     for column in ("placement", "what runs", "here"):
         table.add_column(column)
     for name, what in placements.PLACEMENTS.items():
+        extra = "triton" if name == "triton" else "kernels"
         here = "default" if name == available[0] else "yes" if name in available else \
-            "no: pip install 'batchproof[kernels]'"
+            f"no: pip install 'batchproof[{extra}]'"
         table.add_row(name, what, here)
     console.print(table)
 
@@ -992,10 +993,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "`batchproof list checks`); repeatable")
     _search_options(p)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--placement", default="all", choices=["all", "kernel", "cpu", "generic"],
-                   help="which of impl/'s CPU code paths to check (default all: the compiled "
-                        "kernels, the CPU fast paths, and the device-generic code CUDA runs, "
-                        "each against the reference; `batchproof list placements`)")
+    p.add_argument("--placement", default="all",
+                   choices=["all", "kernel", "cpu", "generic", "triton"],
+                   help="which of impl/'s code paths to check on the CPU (default all: the "
+                        "compiled kernels, the CPU fast paths, the device-generic code CUDA "
+                        "runs, and its Triton kernels under Triton's interpreter when triton is "
+                        "installed; each against the reference; `batchproof list placements`)")
     p.add_argument("--coverage", action="store_true",
                    help="measure branch coverage of impl/ and reference/ over the run "
                         "(coverage.py; needs batchproof[coverage]; docs/coverage.md)")

@@ -8,6 +8,7 @@ reference on any machine:
     kernel    the compiled CPU kernels (Numba) and the CPU fast paths     (needs batchproof[kernels])
     cpu       the CPU fast paths in torch and struct, kernels switched off
     generic   the device-generic torch code that CUDA runs, run on the CPU
+    triton    the Triton kernels CUDA runs, under Triton's interpreter     (needs batchproof[triton])
 
 On a CUDA device there is one placement, the device's own (`cuda`): the switches only change
 what runs on the CPU. `impl/` consults the switches through `batchproof.impl._cpu.fast_paths`
@@ -20,12 +21,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+import torch
+
 from batchproof.impl import _cpu, kernels
 
 PLACEMENTS = {
     "kernel": "the compiled CPU kernels (Numba) and the CPU fast paths",
     "cpu": "the CPU fast paths (torch, struct), kernels off",
     "generic": "the device-generic torch code CUDA runs, on the CPU",
+    "triton": "the Triton kernels CUDA runs, under Triton's interpreter on the CPU",
 }
 
 
@@ -36,7 +40,9 @@ def available(device: str = "cpu") -> list[str]:
         return [device]
     with placed("kernel"):
         kernel = kernels.available()
-    return (["kernel"] if kernel else []) + ["cpu", "generic"]
+    with placed("triton"):
+        triton = kernels.triton_applies(torch.device("cpu"))
+    return (["kernel"] if kernel else []) + ["cpu", "generic"] + (["triton"] if triton else [])
 
 
 def default(device: str = "cpu") -> str:
@@ -51,12 +57,14 @@ def placed(name: str) -> Iterator[None]:
     if name not in PLACEMENTS:
         yield
         return
-    saved = kernels.ENABLED, _cpu.FAST_PATHS
-    kernels.ENABLED, _cpu.FAST_PATHS = name == "kernel", name != "generic"
+    saved = kernels.ENABLED, _cpu.FAST_PATHS, kernels.TRITON_ON_CPU
+    kernels.ENABLED = name == "kernel"
+    _cpu.FAST_PATHS = name not in ("generic", "triton")
+    kernels.TRITON_ON_CPU = name == "triton"
     try:
         yield
     finally:
-        kernels.ENABLED, _cpu.FAST_PATHS = saved
+        kernels.ENABLED, _cpu.FAST_PATHS, kernels.TRITON_ON_CPU = saved
 
 
 def asked() -> int:

@@ -92,6 +92,14 @@ def build_rl_batch(
             {key: None if per_token[key] is None else per_token[key].flat
              for key in _VALUE_KEYS}, ones="loss_mask")
         return _batch(out, batch, max_response, layout, pad_token_id)
+    if not written and _triton_applies(device, per_token):  # CUDA: one pass, on the device
+        from batchproof.impl.kernels import triton_rl_batch
+
+        out = triton_rl_batch.write_rows(
+            p_flat, p_len, r_flat, r_len, start, r_start, width, max_response, pad_token_id,
+            {key: None if per_token[key] is None else per_token[key].flat
+             for key in _VALUE_KEYS}, ones="loss_mask")
+        return _batch(out, batch, max_response, layout, pad_token_id)
     input_ids = written.get("input_ids")
     if input_ids is None:
         input_ids = _place_tokens(p_flat, r_flat, p_len, r_len, start, width, pad_token_id)
@@ -130,6 +138,12 @@ _VALUE_KEYS = ("loss_mask", "rewards", "rollout_logprobs")  # the order of the o
 def _kernel_applies(device, per_token: dict) -> bool:
     """The compiled CPU kernel takes flat values only (scalar rewards go the torch way)."""
     return (fast_paths(device) and kernels.available()
+            and all(v is None or v.scalars is None for v in per_token.values()))
+
+
+def _triton_applies(device, per_token: dict) -> bool:
+    """The Triton kernels take flat values only (scalar rewards go the torch way)."""
+    return (kernels.triton_applies(device)
             and all(v is None or v.scalars is None for v in per_token.values()))
 
 

@@ -8,6 +8,8 @@ exact on their own (mutmut showed mutants that disabled them surviving the gener
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from hypothesis import given
@@ -147,23 +149,29 @@ def _to_jagged(case: Case) -> Case:
     return Case((hs.jagged(prompts, torch.int64), hs.jagged(responses, torch.int64)), kwargs)
 
 
-@pytest.mark.parametrize("placement", ["kernel", "cpu_row_copies", "generic"])
-@given(case=rl_batch_cases())
+@pytest.mark.parametrize("placement", ["kernel", "cpu_row_copies", "generic", "triton"])
+@given(case=rl_batch_cases(value_dtypes=hs.FLOAT_DTYPES))
 def test_every_placement_equals_the_reference(case: Case, placement: str) -> None:
-    """Jagged inputs: the compiled CPU kernel, the torch CPU row copies and the device-generic
-    masked scatter (what CUDA runs, forced here on the CPU) each equal the reference, bit for
-    bit. Each run fails if another placement ran instead."""
+    """Jagged inputs: the compiled CPU kernel, the torch CPU row copies, the device-generic
+    masked scatter and the Triton kernels (what CUDA runs, forced here on the CPU; Triton under
+    its interpreter) each equal the reference, bit for bit. Each run fails if another placement
+    ran instead."""
     expected = reference.build_rl_batch(*case.args, **case.kwargs)
     jagged = _to_jagged(case)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernels, "ENABLED", placement == "kernel")
-        patch.setattr(_cpu, "FAST_PATHS", placement != "generic")
-        if placement == "kernel":
-            if kernels.numba is None:
+        patch.setattr(_cpu, "FAST_PATHS", placement in ("kernel", "cpu_row_copies"))
+        patch.setattr(kernels, "TRITON_ON_CPU", placement == "triton")
+        if placement == "triton" and importlib.util.find_spec("triton") is None:
+            pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
+        if placement in ("kernel", "triton"):
+            if kernels.numba is None and placement == "kernel":
                 pytest.skip("numba is not installed: the kernel cannot run")
             if not _has_scalar_rewards(jagged):  # scalar rewards always take the torch path
                 for name in ("_place_tokens", "_left_masks", "_two_segment_masks"):
                     patch.setattr(impl, name, _no_fallback)
+            if placement == "triton":
+                patch.setattr(rl_batch_kernel, "write_rows", _no_fallback)
         else:
             patch.setattr(rl_batch_kernel, "write_rows", _no_fallback)
             patch.setattr(impl, "_copy_rows_cpu" if placement == "generic"

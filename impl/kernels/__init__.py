@@ -28,6 +28,8 @@ else:
         numba.config.THREADING_LAYER = "workqueue"
 
 ENABLED = True  # tests switch it off to run the torch fallbacks on the CPU
+TRITON = True  # the Triton kernels (impl/kernels/triton_*.py) on CUDA, when triton is installed
+TRITON_ON_CPU = False  # and on CPU tensors, under Triton's interpreter (the `triton` placement)
 
 
 _launchable: bool | None = None  # whether Numba's threading layer loads (found on first use)
@@ -46,6 +48,17 @@ def available() -> bool:
         except (ValueError, RuntimeError, OSError):
             _launchable = False
     return _launchable
+
+
+def triton_applies(device: torch.device) -> bool:
+    """The Triton kernels run here: compiled on CUDA, interpreted on the CPU when asked
+    (`TRITON_ON_CPU`, set by `batchproof.placements`' `triton` placement); triton installed."""
+    if not TRITON or device.type not in ("cuda", "cpu") or \
+            device.type == "cpu" and not TRITON_ON_CPU:
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
 
 
 def offsets(lengths: torch.Tensor) -> np.ndarray:
