@@ -96,28 +96,29 @@ def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch
         return values, rows.offsets().diff().cpu().to(torch.int64)
     rows = _rows(rows, name)
     if all(isinstance(row, (list, tuple)) for row in rows):
-        return _flatten_lists(rows, name, device)
+        flat = _flatten_lists(rows, device)
+        if flat is not None:
+            return flat
+    # tensor rows, or lists the C conversion declined: row by row, as the reference (which
+    # raises its error, naming the row, for a value that is not an int within int64)
     parts = [_row_tensor(row, name, k) for k, row in enumerate(rows)]
     lengths = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
     flat = torch.cat([p.to(device) for p in parts]) if parts else torch.zeros(0, dtype=torch.int64)
     return flat.to(device=device, dtype=torch.int64), lengths
 
 
-def _flatten_lists(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _flatten_lists(rows, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Lists of ints in one C conversion; None for a value that is not an int (a bool, a float)
+    or an id beyond int64."""
     flat = list(itertools.chain.from_iterable(rows))
-    bad = [k for k in set(map(type, flat)) - {int}
-           if k is bool or not issubclass(k, numbers.Integral)]
-    if bad:  # the row check raises for the first bad value, with the reference's message
-        for index, row in enumerate(rows):
-            _row_tensor(row, name, index)
-    lengths = torch.tensor(list(map(len, rows)), dtype=torch.int64)
+    if any(k is bool or not issubclass(k, numbers.Integral) for k in set(map(type, flat)) - {int}):
+        return None
     try:
         values = np.array(flat, dtype=np.int64)
-    except OverflowError:  # an id beyond int64: the row conversion raises the reference's error
-        for index, row in enumerate(rows):
-            _row_tensor(row, name, index)
-        raise
-    return torch.from_numpy(values).to(device), lengths
+    except OverflowError:
+        return None
+    return torch.from_numpy(values).to(device), torch.tensor(list(map(len, rows)),
+                                                             dtype=torch.int64)
 
 
 def _rows(rows, name: str) -> list:
@@ -296,7 +297,7 @@ def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, de
     input_ids[real:] = pad_token_id
     if small is not None:  # the packed order: prompt_0 response_0 prompt_1 ...
         input_ids[:real] = torch.from_numpy(small)
-    elif real:
+    else:  # (real > 0: small_int_rows declined a value)
         buffer, at = byte_view(input_ids), 0
         try:
             for prompt, response in zip(prompts, responses):
@@ -458,17 +459,19 @@ def _check_repad_args(values, indices, batch, seqlen) -> None:
     if indices.numel() == 0:
         return
     size = batch * seqlen
-    outside = ((indices < 0) | (indices >= size)).nonzero()
-    if outside.numel():
-        i = int(outside[0])
-        raise ValueError(f"indices[{i}] = {int(indices[i])} is outside [0, {size}) "
+    outside = (indices < 0) | (indices >= size)
+    # a repeat: an entry after its value's first occurrence (torch.unique groups the values)
+    _, inverse = torch.unique(indices, return_inverse=True)
+    order = torch.arange(indices.numel(), device=indices.device)
+    first = torch.full_like(order, indices.numel()).scatter_reduce_(0, inverse, order, "amin")
+    bad = (outside | (first[inverse] != order)).nonzero()
+    if bad.numel():  # the first bad entry, named as the reference (which reads them in order)
+        i = int(bad[0])
+        value = int(indices[i])
+        if 0 <= value < size:
+            raise ValueError(f"indices[{i}] = {value} repeats an earlier index")
+        raise ValueError(f"indices[{i}] = {value} is outside [0, {size}) "
                          f"(batch {batch} x seqlen {seqlen})")
-    if torch.unique(indices).numel() != indices.numel():
-        seen = set()
-        for i, flat in enumerate(indices.tolist()):  # the first repeat, as the reference names it
-            if flat in seen:
-                raise ValueError(f"indices[{i}] = {flat} repeats an earlier index")
-            seen.add(flat)
 
 
 # --------------------------------------------------------------------------------------------

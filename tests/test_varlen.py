@@ -199,6 +199,16 @@ def test_attention_without_packed_mask_raises(monkeypatch) -> None:
         impl.response_logprobs(tiny_model("llama", "sdpa"), PROMPTS, RESPONSES)
 
 
+def test_mask_packing_needs_eager_or_sdpa(monkeypatch) -> None:
+    """packing='mask' passes a 4-D additive mask, which only eager and sdpa take: another
+    attention implementation is a RuntimeError before any forward (docs/coverage.md: the
+    registry's checks cannot reach it, the reference has no packed forward)."""
+    model = tiny_model("llama", "eager")
+    monkeypatch.setattr(model.config, "_attn_implementation", "flash_attention_2")
+    with pytest.raises(RuntimeError, match="packing='mask' needs attn_implementation"):
+        impl.response_logprobs(model, PROMPTS, RESPONSES, packing="mask")
+
+
 @pytest.mark.parametrize("spec", CPU_SPECS, ids=str)
 def test_explicit_mask_packing_matches_dense(spec: ModelSpec) -> None:
     model = spec.build()

@@ -75,7 +75,8 @@ def _tensor_form(case: Case) -> Case:
 def _int_rows(rows) -> bool:
     return isinstance(rows, list) and len(rows) > 0 and all(
         isinstance(row, (list, tuple))
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in row) for row in rows)
+        and all(isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63
+                for v in row) for row in rows)
 
 
 def _tokens_on(case: Case, device: str) -> Case:
@@ -95,7 +96,9 @@ def _model_case_on(case: Case, device: str) -> Case:
 
 
 def _tensors_on(case: Case, device: str) -> Case:
-    return case.replace(*(a.to(device) if isinstance(a, torch.Tensor) else a for a in case.args))
+    """Every tensor argument on `device` (a meta tensor stays: it stands for another device)."""
+    return case.replace(*(a.to(device) if isinstance(a, torch.Tensor) and not a.is_meta else a
+                          for a in case.args))
 
 
 def describe_samples(case: Case, row: int) -> str:
@@ -122,7 +125,8 @@ def pack_cases(draw) -> Case:
 
 PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_zero", "count",
                 "empty",
-                "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row"]
+                "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row",
+                "token_range", "not_a_sequence"]
 
 
 @st.composite
@@ -147,6 +151,9 @@ def bad_pack_cases(draw) -> BadCase:
         return _bad((prompts + [[1]], responses), {}, ValueError, "counts differ")
     if kind == "empty":
         return _bad(([], []), {}, ValueError, "empty batch")
+    if kind == "not_a_sequence":
+        return _bad((draw(st.sampled_from([5, "12", None])), responses), {}, TypeError,
+                    "prompts is not a sequence")
     if kind == "empty_prompt":
         prompts, responses = list(prompts), list(responses)
         prompts[k], responses[k] = [], responses[k] or [5]
@@ -161,6 +168,9 @@ def bad_pack_cases(draw) -> BadCase:
         return _bad((rows, responses), {}, ValueError, f"prompts[{k}] is 2-D")
     elif kind == "row_str":
         rows[k] = "abc"
+    elif kind == "token_range":  # an id int64 cannot hold (ids beyond int32 are valid)
+        rows[k] = rows[k] + [draw(st.sampled_from([2**63, -2**63 - 1]))]
+        return _bad((rows, responses), {}, ValueError, f"prompts[{k}] beyond int64")
     else:
         rows[k] = torch.zeros(2)
     return _bad((rows, responses), {}, TypeError, f"prompts[{k}]: {kind}")
@@ -312,6 +322,20 @@ PACK_PINS = [
         BadCase(Case(([[1, 2], []], [[3], [4, 5]]), {}), ValueError,
                 "p == 0 < r: predict_index off_k - 1 is the previous sample's last logit"),
         "p == 0 with r > 0 must be rejected, not scored with the previous sample's logit"),
+    Pin("ids_beyond_int32", Case(([[2**40, -5]], [[2**63 - 1]]), {"pad_to_multiple": 4}),
+        "token ids are int64: ids beyond int32 are packed exactly (the CPU list path packs them "
+        "with struct, not in its int32 pass)",
+        lambda case, td: _assert(td["input_ids"][0, :3].tolist() == [2**40, -5, 2**63 - 1],
+                                 f"input_ids {td['input_ids'].tolist()}")),
+    *[Pin(name, BadCase(Case(args, {}), raises, why), why) for name, args, raises, why in [
+        ("count_mismatch", ([[1], [2]], [[3]]), ValueError, "2 prompts, 1 response"),
+        ("prompts_not_a_sequence", (5, [[3]]), TypeError, "prompts is an int"),
+        ("token_id_beyond_int64", ([[1, 2**63]], [[3]]), ValueError, "an id int64 cannot hold"),
+        ("empty_jagged_batch", (hs.jagged([], torch.int64), hs.jagged([], torch.int64)),
+         ValueError, "a jagged batch of no rows"),
+    ]],
+    Pin("output_device_given", Case(([[1, 2]], [[3]]), {"device": "cpu"}),
+        "an explicit device places the outputs there"),
 ]
 
 PACK_EXAMPLE = Case(([[11, 12, 13], [], [21]], [[14, 15], [], [22]]), {"pad_to_multiple": 4})
@@ -429,6 +453,11 @@ UNPACK_PINS = [
         BadCase(Case((torch.zeros(5), _reference.pack_varlen([[1, 2], [3]], [[4], [5, 6]]))),
                 ValueError, "5 values for 3 response tokens and 6 positions"),
         "a flat tensor that is neither per token nor per position must be rejected, not cut"),
+    Pin("packed_inconsistent",
+        BadCase(Case((torch.zeros(3), _reference.pack_varlen([[1, 2], [3]], [[4], [5, 6]]).set(
+            "predict_index", torch.tensor([1, 4])))), ValueError,
+            "2 predict_index entries for 3 response tokens"),
+        "a packed batch whose predict_index does not match its response lengths is rejected"),
 ]
 
 UNPACK = register(OpInfo(
@@ -477,7 +506,9 @@ def unpad_cases() -> st.SearchStrategy[Case]:
 def bad_unpad_cases(draw) -> BadCase:
     x, mask = draw(masked_tensors())
     kind = draw(st.sampled_from(["float_mask", "mask_1d", "mask_value", "shape", "x_list",
-                                 "x_1d"]))
+                                 "x_1d", "mask_list"]))
+    if kind == "mask_list":
+        return BadCase(Case((x, mask.tolist())), TypeError, "attention_mask is a list")
     if kind == "float_mask":
         return BadCase(Case((x, mask.float())), TypeError, "float mask")
     if kind == "mask_1d":
@@ -545,6 +576,13 @@ UNPAD_PINS = [
         BadCase(Case((torch.zeros(2, 3, 1), torch.tensor([[1, 0, 2], [1, 1, 1]]))), ValueError,
                 "flash-attn counts a 2 twice in cu_seqlens but indexes it once"),
         "a mask value other than 0/1 makes flash-attn's cu_seqlens disagree with its indices"),
+    Pin("attention_mask_list",
+        BadCase(Case((torch.zeros(1, 2), [[1, 0]])), TypeError, "attention_mask is a list"),
+        "the mask must be a tensor"),
+    Pin("devices_differ",
+        BadCase(Case((torch.zeros(1, 2, device="meta"), torch.ones(1, 2, dtype=torch.int64))),
+                ValueError, "x on another device than the mask (a meta tensor stands for it)"),
+        "x and attention_mask on different devices: a ValueError naming both, no implicit copy"),
 ]
 
 UNPAD = register(OpInfo(
@@ -581,7 +619,14 @@ def repad_cases(draw) -> Case:
 def bad_repad_cases(draw) -> BadCase:
     values, indices, batch, seqlen = draw(repad_cases()).args
     kind = draw(st.sampled_from(["duplicate", "outside", "float_indices", "indices_2d", "count",
-                                 "negative_batch", "batch_type", "values_list"]))
+                                 "negative_batch", "batch_type", "values_list", "indices_list",
+                                 "values_0d"]))
+    if kind == "indices_list":
+        return BadCase(Case((values, indices.tolist(), batch, seqlen)), TypeError,
+                       "indices a list")
+    if kind == "values_0d":
+        return BadCase(Case((torch.tensor(1.0), indices[:1], batch, seqlen)), ValueError,
+                       "values is 0-d")
     if kind == "duplicate" and indices.numel() > 1:
         indices = indices.clone()
         indices[1] = indices[0]
@@ -630,6 +675,19 @@ REPAD = register(OpInfo(
               BadCase(Case((torch.ones(2, 1), torch.tensor([1, 1]), 1, 3)), ValueError,
                       "two values for one position"),
               "pad_input silently keeps one of two values written to the same position"),
+          Pin("repeat_before_outside",
+              BadCase(Case((torch.ones(3), torch.tensor([1, 1, 99]), 2, 3)), ValueError,
+                      "indices[1] repeats, indices[2] is outside"),
+              "the first bad index is named, whichever its defect (the impl named the outside "
+              "one first until 2026-11-24)"),
+          Pin("indices_list", BadCase(Case((torch.ones(1), [0], 1, 1)), TypeError,
+                                      "indices a list"), "indices must be a tensor"),
+          Pin("float_indices", BadCase(Case((torch.ones(1), torch.tensor([0.0]), 1, 1)),
+                                       TypeError, "float indices"),
+              "float indices are a TypeError, never truncated"),
+          Pin("values_0d", BadCase(Case((torch.tensor(1.0), torch.tensor([0]), 1, 1)),
+                                   ValueError, "values is 0-d"),
+              "values need a first (token) dimension"),
           Pin("unsorted_indices",
               Case((torch.tensor([[1.0], [2.0], [3.0]]), torch.tensor([5, 0, 2]), 2, 3)),
               "pad_input scatters by index, whatever the order of the indices",
@@ -797,6 +855,13 @@ LOGPROB_PINS = [
                 ValueError, "p == 0 < r"),
         "p == 0 with r > 0 has no logit for its first response token: rejected, never scored with "
         "the previous sample's last logit"),
+    Pin("sample_over_budget",
+        _bad(([[1, 2], [3]], [[4], [5]]), {"max_tokens_per_batch": 2}, ValueError,
+             "sample 0 has 3 tokens, budget 2", ModelSpec("llama", "eager")),
+        "a sample longer than the token budget is rejected, never truncated or split"),
+    Pin("with_grad_not_a_bool",
+        _bad(([[1]], [[2]]), {"with_grad": 1}, TypeError, "with_grad is an int",
+             ModelSpec("llama", "eager")), "with_grad must be a bool"),
 ]
 
 RESPONSE_LOGPROBS = register(OpInfo(
