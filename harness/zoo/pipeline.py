@@ -75,6 +75,28 @@ def _rows_balanced(step, padded):
     return balance.balanced_partitions(tokens, step.dp_size)
 
 
+def _per_rank_token_mean(chunk, fields, response_lengths):
+    """Each rank normalises by its own trained tokens (a per-rank token mean) instead of the
+    step's N: the loss then depends on how the trajectories were split across ranks."""
+    mask = fields["loss_mask"]
+    trained = int((mask[~chunk["is_padding"]] != 0).sum())
+    return mask * (torch.tensor(1.0, dtype=torch.float32) / max(trained, 1))
+
+
+def _unit_scale(step, padded):
+    return torch.tensor(1.0, dtype=torch.float32)
+
+
+def _centred_advantages(step):
+    """A baseline: each trajectory's score minus the mean score of the step (GRPO-like
+    centring) instead of the score itself."""
+    left, batch = _impl.layout_and_advantages(step)
+    scores = torch.tensor(step.scores, dtype=torch.float32)
+    batch["advantages"] = trainer.broadcast_stepwise_advantages(
+        scores - scores.mean(), torch.tensor(step.traj_ids), batch["response_mask"])
+    return left, batch
+
+
 def _overlapping_bounds(ranks):
     """Rank slices [start, end] inclusive: each rank also gets the next rank's first row."""
     total = sum(len(r) for r in ranks)
@@ -140,5 +162,67 @@ ENTRIES = [
             "loss on two ranks",
         killers=("equivalence", "property:tokens_exactly_once", "pin:rank_slices"),
         replacement=_chain(rank_bounds=_overlapping_bounds),
+    ),
+    # spec choices (pipeline.md, "Spec choices"): the other plausible rule, planted in the
+    # reference chain too, so only the properties can tell it from the contract
+    ZooEntry(
+        name="pipeline_oracle_balance_step_rows",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: DP balancing over step rows (verl's per-sample balance) instead of "
+            "whole trajectories",
+        killers=("property:groups_intact",),
+        replacement=_chain(assign_ranks=_rows_balanced),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="pipeline_oracle_per_rank_token_mean",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: each rank normalises by its own trained tokens instead of the step's "
+            "N (computed on the controller)",
+        killers=("property:values_reach_loss", "property:invariant_to_dp_and_budget"),
+        replacement=_chain(weight_mask=_per_rank_token_mean, scale=_unit_scale),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="pipeline_oracle_padding_rows_in_loss",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: padding rows trained like a real row (loss_mask 1 on their response "
+            "token, counted in N) instead of weighing nothing",
+        killers=("property:padding_contributes_zero",),
+        replacement=_chain(pad=_padding_counted, scale=_scale_with_padding),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="pipeline_oracle_centred_advantages",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: advantages centred on the step's mean score instead of the "
+            "trajectory's score itself",
+        killers=("property:values_reach_loss",),
+        replacement=_chain(layout_and_advantages=_centred_advantages),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="pipeline_oracle_broadcast_before_layout",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: advantages broadcast onto the rollout (left) layout's columns before "
+            "the layout step instead of onto the two-segment batch after it",
+        killers=("property:values_reach_loss",),
+        replacement=_chain(layout_and_advantages=_broadcast_before_layout),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="pipeline_oracle_tool_tokens_trained",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: the worker's weight mask is the response attention (tool tokens "
+            "trained) instead of the dispatched loss_mask",
+        killers=("property:values_reach_loss",),
+        replacement=_chain(weight_mask=_alias_missing),
+        oracle=True,
     ),
 ]
