@@ -39,9 +39,9 @@ _INT_CODE, _ROW_CODES = ord("i"), (ord("["), ord("("))
 
 
 def small_int_rows(rows) -> np.ndarray | None:
-    """Rows (lists / tuples) of plain ints in the int32 range, concatenated (int32), read and
-    type-checked in C by `marshal`; None if any value is anything else (a bool, a float, a
-    numpy or other int-like, an int beyond int32): the caller's general path decides then.
+    """One or more rows (lists / tuples) of plain ints in the int32 range, concatenated (int32),
+    read and type-checked in C by `marshal`; None if any value is anything else (a bool, a float,
+    a numpy or other int-like, an int beyond int32): the caller's general path decides then.
 
     marshal format 2 (no back-references) writes such a row as 5-byte units, each a type code
     and a little-endian int32:
@@ -59,8 +59,6 @@ def small_int_rows(rows) -> np.ndarray | None:
     items = int(lengths.sum())
     if len(blob) != 5 * (len(rows) + items):
         return None
-    if not rows:
-        return np.zeros(0, dtype=np.int32)
     codes = np.frombuffer(blob, np.uint8)[::5]
     headers = np.cumsum(lengths + 1) - lengths - 1
     if np.count_nonzero(codes == _INT_CODE) != items or not np.isin(codes[headers],

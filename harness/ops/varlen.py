@@ -333,6 +333,8 @@ PACK_PINS = [
         ("token_id_beyond_int64", ([[1, 2**63]], [[3]]), ValueError, "an id int64 cannot hold"),
         ("empty_jagged_batch", (hs.jagged([], torch.int64), hs.jagged([], torch.int64)),
          ValueError, "a jagged batch of no rows"),
+        ("int32_sized_non_ints", ([[1.5, True]], [[3]]), TypeError,
+         "a float and a bool marshal to the bytes of two int32 ids (9 + 1 = 2 x 5)"),
     ]],
     Pin("output_device_given", Case(([[1, 2]], [[3]]), {"device": "cpu"}),
         "an explicit device places the outputs there"),
