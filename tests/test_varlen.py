@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import sys
 import types
 from collections.abc import Callable
@@ -431,20 +433,28 @@ def test_pack_varlen_list_fast_path_declines_what_it_cannot_write() -> None:
     assert samples.host_prompt_lengths.tolist() == [2]
 
 
-PLACEMENTS = ("kernel", "cpu_row_copies", "generic")
+PLACEMENTS = ("kernel", "cpu_row_copies", "generic", "triton")
+
+
+_MISSING = {name for name, module in (("kernel", "numba"), ("triton", "triton"))
+            if importlib.util.find_spec(module) is None}  # placements this machine cannot run
 
 
 def _place_with(patch: pytest.MonkeyPatch, placement: str) -> None:
-    """Run pack_varlen's compiled CPU kernel, its torch CPU row copies, or the device-generic
-    scatter (what CUDA runs); a path other than the chosen one fails."""
+    """Run pack_varlen's compiled CPU kernel, its torch CPU row copies, the device-generic
+    scatter or the Triton kernel (what CUDA runs; Triton under its interpreter); a path other
+    than the chosen one fails."""
     if placement == "kernel" and kernels.numba is None:
         pytest.skip("numba is not installed: the kernel cannot run")
+    if placement == "triton" and importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
     patch.setattr(kernels, "ENABLED", placement == "kernel")
-    patch.setattr(_cpu, "FAST_PATHS", placement != "generic")
-    if placement == "kernel":
+    patch.setattr(_cpu, "FAST_PATHS", placement in ("kernel", "cpu_row_copies"))
+    patch.setattr(kernels, "TRITON_ON_CPU", placement == "triton")
+    if placement in ("kernel", "triton"):
         patch.setattr(impl, "_place_tokens", _fail)
         patch.setattr(impl, "_ramps", _fail)
-    else:
+    if placement != "kernel":
         patch.setattr(varlen_kernel, "write_samples", _fail)
         if placement == "generic":
             patch.setattr(impl, "_copy_rows", _fail)
@@ -550,7 +560,7 @@ def test_contiguous_jagged_rows_are_not_unbound(monkeypatch) -> None:
     expected = reference.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)
     monkeypatch.setattr(impl, "_row_tensor", _fail)
     monkeypatch.setattr(impl, "_rows", _fail)
-    for placement in PLACEMENTS:
+    for placement in [p for p in PLACEMENTS if p not in _MISSING]:
         with pytest.MonkeyPatch.context() as patch:
             _place_with(patch, placement)
             actual = impl.pack_varlen(prompts, responses, pad_to_multiple=4, pad_token_id=7)

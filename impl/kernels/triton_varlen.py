@@ -1,0 +1,91 @@
+"""pack_varlen's per-token outputs as one Triton kernel: each sample's tokens written once, on
+the device.
+
+    sample i at packed offset o_i (prompt p_i, response r_i, n_i = p_i + r_i):
+        input_ids[o_i + c]      prompt_i then response_i            c in [0, n_i)
+        position_ids[o_i + c]   c
+    its response tokens k, from flat response index f_i on:
+        target_index[f_i + k]   o_i + p_i + k
+        predict_index[f_i + k]  o_i + p_i + k - 1
+        sample_index[f_i + k]   i
+
+One program per (sample, block of its columns). The tail pad (from `real` to `total`: the pad
+id, positions 0 1 ... as its own segment) is two torch fills. Compiled on CUDA; on CPU tensors
+under Triton's interpreter (see `triton_rl_batch`).
+"""
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+except ImportError:  # the torch path runs instead
+    triton = None
+
+BLOCK = 1024  # columns per program on CUDA
+INTERPRETED_BLOCK = 32  # on the CPU, where each program costs interpreter time
+
+
+if triton is not None:  # the kernel (its annotations need triton.language)
+
+    def _samples(ids_ptr, positions_ptr, target_ptr, predict_ptr, owner_ptr, p_flat_ptr,
+                 p_off_ptr, r_flat_ptr, r_off_ptr, offsets_ptr, COPY_TOKENS: tl.constexpr,
+                 BLOCK: tl.constexpr):
+        i = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        p0 = tl.load(p_off_ptr + i)
+        p = tl.load(p_off_ptr + i + 1) - p0
+        r0 = tl.load(r_off_ptr + i)
+        r = tl.load(r_off_ptr + i + 1) - r0
+        o = tl.load(offsets_ptr + i)
+        in_prompt = cols < p
+        in_response = (cols >= p) & (cols < p + r)
+        if COPY_TOKENS:
+            tokens = tl.where(in_prompt, tl.load(p_flat_ptr + p0 + cols, mask=in_prompt, other=0),
+                              tl.load(r_flat_ptr + r0 + cols - p, mask=in_response, other=0))
+            tl.store(ids_ptr + o + cols, tokens, mask=in_prompt | in_response)
+        tl.store(positions_ptr + o + cols, cols.to(tl.int64), mask=in_prompt | in_response)
+        k = cols - p
+        tl.store(target_ptr + r0 + k, (o + cols).to(tl.int64), mask=in_response)
+        tl.store(predict_ptr + r0 + k, (o + cols - 1).to(tl.int64), mask=in_response)
+        tl.store(owner_ptr + r0 + k, (cols * 0 + i).to(tl.int64), mask=in_response)
+
+    _COMPILED = triton.jit(_samples)
+    _INTERPRETED = InterpretedFunction(_samples)
+
+
+def available() -> bool:
+    return triton is not None
+
+
+def _offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """[0, cumulative lengths...] (int64, on the lengths' device: no host sync)."""
+    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+
+
+def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
+                  longest: int, n_responses: int, input_ids: torch.Tensor | None = None):
+    """input_ids, position_ids (total,) and target_index, predict_index, sample_index (one per
+    response token), int64 on the inputs' device, as `kernels.varlen.write_samples` writes them
+    on the CPU. `longest`: the longest sample (p + r), `n_responses`: the response tokens (both
+    known on the host already). A given `input_ids` already holds the tokens and the pad."""
+    device, batch = p_flat.device, p_len.numel()
+    kernel = _COMPILED if device.type == "cuda" else _INTERPRETED
+    block = BLOCK if device.type == "cuda" else INTERPRETED_BLOCK
+    copy_tokens = input_ids is None
+    ids = torch.empty(total, dtype=torch.int64, device=device) if copy_tokens else input_ids
+    positions = torch.empty(total, dtype=torch.int64, device=device)
+    per_response = [torch.empty(n_responses, dtype=torch.int64, device=device) for _ in range(3)]
+    p_off, r_off = _offsets(p_len), _offsets(r_len)
+    offsets = _offsets(p_len + r_len)
+    if longest:
+        kernel[(batch, triton.cdiv(longest, block))](
+            ids, positions, *per_response, p_flat.contiguous(), p_off, r_flat.contiguous(),
+            r_off, offsets, COPY_TOKENS=copy_tokens, BLOCK=block)
+    real = offsets[-1:]  # the tail pad, from real on: its own segment
+    tail = torch.arange(total, device=device) - real
+    positions.copy_(torch.where(tail >= 0, tail, positions))
+    if copy_tokens:
+        ids.masked_fill_(tail >= 0, pad_token_id)
+    return ids, positions, *per_response
