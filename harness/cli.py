@@ -208,13 +208,11 @@ def verify(args: argparse.Namespace) -> int:
             task = progress.add_task(op, total=sum(_runs(wanted[i.name], where)
                                                     for i in records))
             for info in records:
-                one_path = False
+                distinct = where
                 for placement in where:
-                    if placement != where[0] and one_path:
-                        # the op's code never asked where it runs: one path, checked once
-                        progress.advance(task, _runs(wanted[info.name], where)
-                                         - len(wanted[info.name]))
-                        break
+                    if placement not in distinct:  # would run the code already checked
+                        progress.advance(task, sum(map(_every_placement, wanted[info.name])))
+                        continue
                     asked = placements.asked()
                     for check in wanted[info.name]:
                         if placement != where[0] and not _every_placement(check):
@@ -224,10 +222,11 @@ def verify(args: argparse.Namespace) -> int:
                         results.append(_verify_one(args, info, check, candidates[info.name],
                                                    placement, chosen, reproduce))
                         progress.advance(task)
-                    one_path = placements.asked() == asked
-                    if len(where) > 1 and one_path and placement == where[0]:
-                        for r in results[-len(wanted[info.name]):]:
-                            r.placement = "any"
+                    if len(where) > 1 and placement == where[0]:
+                        distinct = placements.distinct(where, asked)
+                        if distinct == where[:1]:  # the op's code never asked: one path
+                            for r in results[-len(wanted[info.name]):]:
+                                r.placement = "any"
             progress.update(task, description=op)
     _print_summary(results, profile, args, time.perf_counter() - started, left_out)
     covered = _finish_coverage(measure) if measure is not None else None

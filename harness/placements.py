@@ -67,7 +67,18 @@ def placed(name: str) -> Iterator[None]:
         kernels.ENABLED, _cpu.FAST_PATHS, kernels.TRITON_ON_CPU = saved
 
 
-def asked() -> int:
-    """How many times `impl/` has asked whether the CPU fast paths apply (ever, in this process):
-    unchanged over a run, the code that ran has no placement-dependent branch."""
-    return _cpu.ASKED
+def asked() -> tuple[int, int]:
+    """How many times `impl/` has asked whether the CPU fast paths apply, and whether the Triton
+    kernels do (ever, in this process): unchanged over a run, the code that ran has no branch
+    that depends on them."""
+    return _cpu.ASKED, kernels.TRITON_ASKED
+
+
+def distinct(where: list[str], before: tuple[int, int]) -> list[str]:
+    """The placements of `where` that run other code than its first did, given `asked()` as it
+    was before that run: all of them if the CPU fast paths were asked about; the first and
+    `triton` if only the Triton kernels were; else just the first (one code path)."""
+    fast, triton = (now - then for now, then in zip(asked(), before))
+    if fast:
+        return where
+    return where[:1] + (["triton"] if triton and "triton" in where[1:] else [])

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
+from batchproof.impl import kernels
 from batchproof.reference import nesting as _spec
 from batchproof.reference.nesting import (  # noqa: F401 - the shared contract, re-exported
     ATTENTION_MASK,
@@ -187,7 +188,8 @@ def nest_by_mask(td, *, pad_token_id=None, rules=None, strict=False, ignore_dens
     for key in td.keys():
         if key in plan.fields:
             rule = plan.fields[key]
-            values = _gather(td.get(key), rule, positions[rule.mask], flat[rule.mask])
+            values = _gather(td.get(key), rule, positions[rule.mask], flat[rule.mask],
+                             runs[rule.mask])
             out.set(key, torch.nested.nested_tensor_from_jagged(
                 values, offsets=token_offsets[rule.mask]))
         elif key in plan.masks:
@@ -206,15 +208,36 @@ def nest_by_mask(td, *, pad_token_id=None, rules=None, strict=False, ignore_dens
     return out
 
 
-def _gather(value: torch.Tensor, rule, positions, flat: torch.Tensor) -> torch.Tensor:
+def _gather(value: torch.Tensor, rule, positions, flat: torch.Tensor,
+            runs: _Runs) -> torch.Tensor:
     """The real elements (nnz, *trailing) of a field, reading nothing else."""
     if rule.permute is not None:
         return value.permute(*rule.permute)[positions]
     batch, width, *trailing = value.shape
+    if value.is_contiguous() and kernels.triton_applies(value.device):  # CUDA: the runs' copy
+        out = value.new_empty((flat.numel(), *trailing))
+        _copy_runs(value, out, runs, math.prod(trailing), to_dense=False)
+        return out
     if value.is_contiguous():
         rows = value.view(batch * width, math.prod(trailing)).index_select(0, flat)
         return rows.view(flat.numel(), *trailing)
     return value[positions]
+
+
+def _copy_runs(dense: torch.Tensor, values: torch.Tensor, runs: _Runs, inner: int, *,
+               to_dense: bool) -> None:
+    """Between a contiguous (B, W, *trailing) field and its contiguous (nnz, *trailing) jagged
+    values, run by run (impl/kernels/triton_nesting.py), in the direction asked."""
+    from batchproof.impl.kernels import triton_nesting
+
+    dense_starts = (runs.rows * runs.width + runs.starts) * inner
+    jagged_starts = (torch.cumsum(runs.lengths, 0) - runs.lengths) * inner
+    sizes = runs.lengths * inner
+    longest = int(runs.lengths.max()) * inner if runs.lengths.numel() else 0
+    if to_dense:
+        triton_nesting.copy_runs(dense, values, dense_starts, jagged_starts, sizes, longest)
+    else:
+        triton_nesting.copy_runs(values, dense, jagged_starts, dense_starts, sizes, longest)
 
 
 def _set_runs(out, mask: str, runs: _Runs) -> None:
@@ -262,8 +285,12 @@ def _unnest_field(td, key: str, rule: dict, runs, flat) -> torch.Tensor:
     dense = torch.full((mask_runs.batch, mask_runs.width, *trailing), rule["pad"],
                        dtype=value.dtype, device=value.device)
     index, inner = flat[rule["mask"]], math.prod(trailing)
-    dense.view(mask_runs.batch * mask_runs.width, inner).index_copy_(
-        0, index, _row_values(value).reshape(index.numel(), inner))
+    values = _row_values(value)
+    if kernels.triton_applies(value.device):  # CUDA: the runs' copy
+        _copy_runs(dense, values.contiguous(), mask_runs, inner, to_dense=True)
+    else:
+        dense.view(mask_runs.batch * mask_runs.width, inner).index_copy_(
+            0, index, values.reshape(index.numel(), inner))
     if rule["permute"] is not None:
         dense = dense.permute(*rule["permute"]).contiguous()
     return dense

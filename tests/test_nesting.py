@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import itertools
 import pickle
 import warnings
@@ -17,11 +18,13 @@ from types import ModuleType
 
 import pytest
 import torch
+from hypothesis import given
 from tensordict import TensorDict
 
 import batchproof.impl.nesting as impl
 import batchproof.reference.nesting as reference
 from batchproof.compare import assert_identical
+from batchproof.impl import kernels
 from batchproof.ops import nesting as ops
 
 pytestmark = pytest.mark.filterwarnings("error::UserWarning")
@@ -389,3 +392,26 @@ def test_jagged_entries_whose_offsets_start_past_zero(keys: tuple[str, ...]) -> 
     assert_identical(reference.unnest_by_mask(nested), impl.unnest_by_mask(nested))
     assert_identical(reference.pad_to_response_width(nested, "responses"),
                      impl.pad_to_response_width(nested, "responses"))
+
+
+@given(case=ops.nest_cases())
+def test_the_triton_run_copy_nests_and_unnests_like_the_reference(case) -> None:
+    """The Triton kernel CUDA runs (a copy per run of ones), under Triton's interpreter on the
+    CPU: nest_by_mask and its inverse equal the reference, and the kernel did the copying."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
+    from batchproof.impl.kernels import triton_nesting
+
+    calls = []
+    copy_runs = triton_nesting.copy_runs
+    expected = case.call(reference.nest_by_mask)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "TRITON_ON_CPU", True)
+        patch.setattr(triton_nesting, "copy_runs",
+                      lambda *args: calls.append(args) or copy_runs(*args))
+        nested = case.call(impl.nest_by_mask)
+        assert_identical(expected, nested)
+        assert_identical(reference.unnest_by_mask(expected), impl.unnest_by_mask(nested))
+    fields = [k for k in expected.keys() if getattr(expected.get(k), "is_nested", False)
+              and not k.endswith(("_offsets", "_lengths"))]
+    assert calls or not fields

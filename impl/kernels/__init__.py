@@ -30,6 +30,7 @@ else:
 ENABLED = True  # tests switch it off to run the torch fallbacks on the CPU
 TRITON = True  # the Triton kernels (impl/kernels/triton_*.py) on CUDA, when triton is installed
 TRITON_ON_CPU = False  # and on CPU tensors, under Triton's interpreter (the `triton` placement)
+TRITON_ASKED = 0  # how many times triton_applies() was asked (batchproof.placements.distinct)
 
 
 _launchable: bool | None = None  # whether Numba's threading layer loads (found on first use)
@@ -53,6 +54,8 @@ def available() -> bool:
 def triton_applies(device: torch.device) -> bool:
     """The Triton kernels run here: compiled on CUDA, interpreted on the CPU when asked
     (`TRITON_ON_CPU`, set by `batchproof.placements`' `triton` placement); triton installed."""
+    global TRITON_ASKED
+    TRITON_ASKED += 1
     if not TRITON or device.type not in ("cuda", "cpu") or \
             device.type == "cpu" and not TRITON_ON_CPU:
         return False
