@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -59,7 +60,10 @@ def bad_partition_cases(draw) -> BadCase:
     values, k = good.args
     n = len(values)
     kind = draw(st.sampled_from(["k_over_n", "k_zero", "k_type", "not_divisible", "negative",
-                                 "not_finite", "bool_value", "values_type"]))
+                                 "not_finite", "bool_value", "values_type", "values_tensor"]))
+    if kind == "values_tensor":  # a tensor that is not 1-D, not real, or holds a bad value
+        bad, raises = draw(st.sampled_from(BAD_VALUE_TENSORS))
+        return BadCase(Case((bad, 1)), raises, f"values tensor {bad.dtype} {tuple(bad.shape)}")
     if kind == "k_over_n":
         return BadCase(Case((values, n + draw(st.integers(1, 3)))), ValueError, "k > n")
     if kind == "k_zero":
@@ -83,6 +87,13 @@ def bad_partition_cases(draw) -> BadCase:
         broken[row] = True
         return BadCase(Case((broken, 1)), TypeError, f"values[{row}] is a bool")
     return BadCase(Case((3, 1)), TypeError, "values is not a sequence")
+
+
+BAD_VALUE_TENSORS = [
+    (torch.ones(2, 1), ValueError), (torch.tensor([True, False]), TypeError),
+    (torch.tensor([1j]), TypeError), (torch.tensor([2, -1]), ValueError),
+    (torch.tensor([0.5, math.nan, -1.0]), ValueError), (torch.tensor([1.0, -0.5]), ValueError),
+]
 
 
 def _values_as_tensor(case: Case) -> Case:
@@ -195,6 +206,10 @@ KK_PINS = [
     Pin("equal_size_not_divisible",
         BadCase(Case(([1, 2, 3], 2), {"equal_size": True}), ValueError, "3 % 2 != 0"),
         "equal sizes need n divisible by k"),
+    *[Pin(f"values_tensor_{name}", BadCase(Case((bad, 1)), raises, name),
+          f"a values tensor ({name}) is rejected as its list is, naming the first bad value")
+      for name, (bad, raises) in zip(["2d", "bool", "complex", "negative_int", "nan_first",
+                                      "negative_float"], BAD_VALUE_TENSORS)],
 ]
 
 GREEDY_ZEROS = Case(([0, 0, 0, 5], 2))
@@ -247,7 +262,12 @@ def bad_micro_batch_cases(draw) -> BadCase:
     lengths, budget = good.args
     kind = draw(st.sampled_from(["over_budget", "group_over_budget", "not_divisible",
                                  "too_many", "zero_length", "float_length", "budget_zero",
-                                 "empty", "min_count_zero", "first_fault_wins"]))
+                                 "empty", "min_count_zero", "first_fault_wins", "lengths_type"]))
+    if kind == "lengths_type":  # not a sequence, or a tensor that is not 1-D integers
+        bad, raises = draw(st.sampled_from([
+            (5, TypeError), ("12", TypeError), (torch.ones(2, 1, dtype=torch.int64), ValueError),
+            (torch.tensor([1.0, 2.0]), TypeError), (torch.tensor([True]), TypeError)]))
+        return BadCase(Case((bad, budget)), raises, f"lengths is {type(bad).__name__}")
     if kind == "over_budget":
         row = draw(st.integers(0, len(lengths) - 1))
         broken = list(lengths)
@@ -278,6 +298,11 @@ def bad_micro_batch_cases(draw) -> BadCase:
 
 def _lengths_as_tensor(case: Case) -> Case:
     return Case((torch.tensor(case.args[0], dtype=torch.int64), case.args[1]), case.kwargs)
+
+
+def _lengths_as_numpy(case: Case) -> Case:
+    """numpy integers, as a dataset's length column gives them (ints, though not `int`)."""
+    return Case(([np.int64(v) for v in case.args[0]], case.args[1]), case.kwargs)
 
 
 def _budget_facts(case: Case) -> tuple[list[int], int, int, int, int]:
@@ -358,6 +383,20 @@ MICRO_PINS = [
         _expect([[4, 5], [0, 1], [2, 3], [6, 7]])),
     Pin("length_over_budget", BadCase(Case(([3, 40, 2], 32)), ValueError, "lengths[1] > 32"),
         "a sample longer than the budget cannot be placed; verl let it through"),
+    *[Pin(name, BadCase(Case((lengths, 8)), raises, why), why)
+      for name, lengths, raises, why in [
+          ("zero_length", [3, 0, 2], ValueError, "lengths[1] is 0: a sample has a token"),
+          ("no_lengths", [], ValueError, "no samples"),
+          ("lengths_not_a_sequence", 5, TypeError, "lengths is an int"),
+          ("lengths_2d_tensor", torch.ones(2, 1, dtype=torch.int64), ValueError,
+           "a 2-D lengths tensor"),
+          ("float_lengths_tensor", torch.tensor([1.0, 2.0]), TypeError, "a float tensor"),
+          ("zero_before_float", [0, 1.0, 2], ValueError,
+           "lengths[0] = 0 is named before the float at 1 (the first fault wins)"),
+      ]],
+    Pin("group_over_budget", BadCase(Case(([5, 5, 1, 1], 9), {"group_size": 2}), ValueError,
+                                     "group 0 holds 10 > 9 tokens"),
+        "a group is placed whole: one over the budget cannot be, though each sample fits"),
 ]
 
 # --------------------------------------------------------------------------- restore_order
@@ -384,8 +423,25 @@ def restore_cases(draw) -> Case:
 
 @st.composite
 def bad_restore_cases(draw) -> BadCase:
-    kind = draw(st.sampled_from(["rows", "duplicate", "count", "kind"]))
+    kind = draw(st.sampled_from(["rows", "duplicate", "count", "kind", "batches_type",
+                                 "batch_type", "index_type", "outputs_0d", "outputs_empty",
+                                 "outputs_type"]))
+    if kind == "outputs_0d":
+        return BadCase(Case((torch.tensor(1), [[0]])), ValueError, "a 0-d output")
+    if kind == "outputs_empty":
+        return BadCase(Case(([], [])), ValueError, "no outputs, no micro-batches")
+    if kind == "outputs_type":
+        return BadCase(Case((5, [[0]])), TypeError, "outputs is an int")
     rows = torch.arange(6).reshape(3, 2)
+    if kind == "batches_type":
+        return BadCase(Case((rows, draw(st.sampled_from([3, "012"])))), TypeError,
+                       "micro_batches is not a list of lists")
+    if kind == "batch_type":
+        return BadCase(Case((rows, [[0, 1], draw(st.sampled_from([2, "2"]))])), TypeError,
+                       "micro_batches[1] is not a list")
+    if kind == "index_type":
+        return BadCase(Case((rows, [[0, 1], [draw(st.sampled_from([2.0, True, None]))]])),
+                       TypeError, "micro_batches[1] holds a non-int")
     if kind == "rows":
         return BadCase(Case((rows, [[0, 1]])), ValueError, "3 rows for 2 indices")
     if kind == "duplicate":
@@ -462,13 +518,22 @@ def sequence_parallel_cases(draw) -> Case:
     tokens = draw(st.lists(hs.token_ids(), min_size=sum(lengths), max_size=sum(lengths)))
     tail = draw(st.sampled_from([0, 0, 1, 3]))
     sp = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
-    return Case((packed_row(lengths, tokens, tail), sp))
+    packed = packed_row(lengths, tokens, tail)
+    drop = draw(st.sampled_from([(), (), ("cu_seqlens",), ("max_seqlen",)]))  # both optional
+    return Case((packed.exclude(*drop) if drop else packed, sp))
 
 
 @st.composite
 def bad_sequence_parallel_cases(draw) -> BadCase:
     packed = packed_row([3, 2], [1, 2, 3, 4, 5])
-    kind = draw(st.sampled_from(["sp_zero", "missing", "per_token", "not_td", "cu_end"]))
+    kind = draw(st.sampled_from(["sp_zero", "missing", "per_token", "not_td", "cu_end",
+                                 "ids_1d", "shapes_differ"]))
+    if kind == "ids_1d":
+        packed.set("input_ids", packed["input_ids"][0])
+        return BadCase(Case((packed, 4)), ValueError, "input_ids is (N,), not (1, N)")
+    if kind == "shapes_differ":
+        packed.set("position_ids", torch.zeros(1, 6, dtype=torch.int64))
+        return BadCase(Case((packed, 4)), ValueError, "position_ids wider than input_ids")
     if kind == "sp_zero":
         return BadCase(Case((packed, 0)), ValueError, "sp_size < 1")
     if kind == "missing":
@@ -494,7 +559,8 @@ def prop_length_multiple(case: Case, out) -> None:
     _assert(after % sp == 0 and before <= after < before + sp,
             f"padded length {after} for N={before}, sp_size {sp}")
     for key in ("input_ids", "position_ids", "cu_seqlens"):
-        _assert(out[key].dtype == case.args[0][key].dtype, f"{key} changed dtype")
+        if key in case.args[0].keys():
+            _assert(out[key].dtype == case.args[0][key].dtype, f"{key} changed dtype")
 
 
 def prop_pad_segment(case: Case, out) -> None:
@@ -511,13 +577,17 @@ def prop_segments(case: Case, out) -> None:
     segment); max_seqlen covers the pad segment; other fields pass through."""
     packed = case.args[0]
     before, after, _ = _sp_facts(case, out)
-    cu = out["cu_seqlens"].tolist()
-    want = packed["cu_seqlens"].tolist() + ([after] if after > before else [])
-    _assert(cu == want, f"cu_seqlens {cu} != {want}")
-    _assert(all(a < b for a, b in zip(cu, cu[1:])), f"cu_seqlens {cu} not strictly increasing")
-    want_max = max(packed.get_non_tensor("max_seqlen"), after - before)
-    _assert(out.get_non_tensor("max_seqlen") == want_max,
-            f"max_seqlen {out.get_non_tensor('max_seqlen')} != {want_max}")
+    for key in ("cu_seqlens", "max_seqlen"):  # optional: absent entries stay absent
+        _assert((key in out.keys()) == (key in packed.keys()), f"{key} added or dropped")
+    if "cu_seqlens" in packed.keys():
+        cu = out["cu_seqlens"].tolist()
+        want = packed["cu_seqlens"].tolist() + ([after] if after > before else [])
+        _assert(cu == want, f"cu_seqlens {cu} != {want}")
+        _assert(all(a < b for a, b in zip(cu, cu[1:])), f"cu_seqlens {cu} not strictly increasing")
+    if "max_seqlen" in packed.keys():
+        want_max = max(packed.get_non_tensor("max_seqlen"), after - before)
+        _assert(out.get_non_tensor("max_seqlen") == want_max,
+                f"max_seqlen {out.get_non_tensor('max_seqlen')} != {want_max}")
     _assert(torch.equal(out["sample_lengths"], packed["sample_lengths"]),
             "sample_lengths changed")
 
@@ -602,7 +672,7 @@ MICRO_BATCHES = register(OpInfo(
         Property("count", prop_count, prop_count.__doc__),
     ],
     pins=MICRO_PINS,
-    forms={"lists": lambda c: c, "tensor": _lengths_as_tensor},
+    forms={"lists": lambda c: c, "tensor": _lengths_as_tensor, "numpy_ints": _lengths_as_numpy},
     example=VERL_BUDGET,
     targets=lambda case: {"count bound width": float(count_bounds(case)[1]
                                                      - count_bounds(case)[0])},

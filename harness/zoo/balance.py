@@ -113,12 +113,17 @@ def _partitions_by_first_index(values, k, *, equal_size=False):
     return sorted(_partitions_ok(values, k, equal_size=equal_size), key=lambda p: p[0])
 
 
+def _int_list(lengths) -> list[int]:
+    """Validated lengths (a list, numpy ints included, or a 1-D tensor) as Python ints."""
+    return [int(v) for v in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
+
+
 def _budget_only_chooses_count(lengths, max_tokens, *, min_count=None, count_multiple=None,
                                group_size=1):
     """verl `rearrange_micro_batches`: the budget picks the count, balancing decides the rest."""
     batches = _micro_ok(lengths, max_tokens, min_count=min_count,
                         count_multiple=count_multiple, group_size=group_size)  # the real errors
-    lengths = list(lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+    lengths = _int_list(lengths)
     sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
     step = count_multiple or 1
     count = -(-max(-(-sum(sums) // max_tokens), min_count or 1) // step) * step
@@ -139,7 +144,7 @@ def _first_fit_only(lengths, max_tokens, *, min_count=None, count_multiple=None,
 
     _micro_ok(lengths, max_tokens, min_count=min_count, count_multiple=count_multiple,
               group_size=group_size)
-    lengths = list(lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+    lengths = _int_list(lengths)
     sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
     bins = ffd_bins(sums, max_tokens, min_bins=min_count or 1, bin_multiple=count_multiple or 1)
     return [sorted(s for g in b for s in range(g * group_size, (g + 1) * group_size))
@@ -154,7 +159,7 @@ def _micro(lengths, max_tokens, *, min_count=None, count_multiple=None, group_si
     the micro-batches by their first sample."""
     _micro_ok(lengths, max_tokens, min_count=min_count, count_multiple=count_multiple,
               group_size=group_size)  # the real errors
-    lengths = list(lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+    lengths = _int_list(lengths)
     sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
     step = count_multiple or 1
     count = -(-max(-(-sum(sums) // max_tokens), min_count or 1) // step) * step
@@ -198,7 +203,7 @@ def _groups_split(lengths, max_tokens, *, group_size=1, **kwargs):
 
 def _unsorted_micro_batches(lengths, max_tokens, **kwargs):
     """Micro-batches in the partitioner's insertion order (descending lengths), not ascending."""
-    lengths_list = list(lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+    lengths_list = _int_list(lengths)
     return [sorted(b, key=lambda i: (-lengths_list[i], i))
             for b in _micro_ok(lengths, max_tokens, **kwargs)]
 
@@ -212,7 +217,7 @@ def _count_constraints_ignored(lengths, max_tokens, *, min_count=None, count_mul
 
 def _index_by_value(lengths, max_tokens, **kwargs):
     """Samples mapped back through `lengths.index(length)`: tied lengths collapse onto one index."""
-    lengths_list = list(lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)
+    lengths_list = _int_list(lengths)
     return [sorted(lengths_list.index(lengths_list[i]) for i in b)
             for b in _micro_ok(lengths, max_tokens, **kwargs)]
 
