@@ -232,6 +232,9 @@ def pack_sft(
         input_ids, attention, positions, loss_mask = sft_kernel.write_rows(
             *_flat_fields(batch), plan.order, plan.offset, plan.row_offsets, plan.targets,
             n_rows, width, pad_token_id)
+    elif kernels.triton_applies(device):  # CUDA: one pass, on the device
+        input_ids, attention, positions, loss_mask = _triton_rows(batch, plan, n_rows,
+                                                                  pad_token_id)
     else:
         input_ids, attention, positions, loss_mask = _packed_rows(batch, plan, n_rows,
                                                                   pad_token_id)
@@ -322,6 +325,20 @@ def _packed_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
     loss_mask.scatter_(0, _ranges(loss_start, plan.targets, plan.n_targets), loss_values)
     loss_mask.mul_(_scale(loss_values, total))
     return input_ids, attention, positions, loss_mask
+
+
+def _triton_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
+    """The Triton kernel (impl/kernels/triton_sft.py): the same outputs as `_packed_rows`, each
+    byte written once, from the slots' tokens and kept loss values laid flat on the device."""
+    from batchproof.impl.kernels import triton_sft
+
+    device = plan.start.device
+    ids_flat = _flat_ints(batch, [batch.input_ids[i] for i in plan.order], plan.tokens, device)
+    loss_values, total = _flat_floats(batch, _shifted_masks(batch, plan.order), plan.n_targets,
+                                      device)
+    return triton_sft.write_rows(ids_flat, loss_values, _scale(loss_values, total),
+                                 plan.row_offsets, plan.offset, plan.lengths, plan.targets,
+                                 n_rows, plan.width, pad_token_id)
 
 
 # -- packing plan (per-example metadata, O(N) host work) ----------------------------------------

@@ -735,3 +735,25 @@ def test_all_ones_jagged_attention_is_not_read_again(packed: bool) -> None:
     if not packed:
         zeros = impl._parse(_td(attention_mask=_nj([[0, 1, 1], [1, 1]])))
         assert zeros.flat.attention_mask.tolist() == [0, 1, 1, 1, 1]
+
+
+@pytest.mark.parametrize("form", ["lists", "tensors", "jagged"])
+@given(case=pack_cases())
+def test_pack_sft_triton_kernel_equals_the_reference(case, form: str) -> None:
+    """The Triton kernel CUDA runs, under Triton's interpreter on the CPU (the torch composition
+    fails if called): equal to the reference, bit for bit."""
+    import importlib.util
+
+    from batchproof.impl import _cpu
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
+    expected = reference.pack_sft(*case.args, **case.kwargs)
+    examples = case.args[0] if form == "lists" else KERNEL_FORMS[form](case.args[0])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "ENABLED", False)
+        patch.setattr(_cpu, "FAST_PATHS", False)
+        patch.setattr(kernels, "TRITON_ON_CPU", True)
+        patch.setattr(impl, "_packed_rows", _no_fallback)
+        actual = impl.pack_sft(examples, **case.kwargs)
+    assert_identical(expected, actual)

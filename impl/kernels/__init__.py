@@ -64,6 +64,26 @@ def triton_applies(device: torch.device) -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+TRITON_BLOCK = 1024  # columns (elements) per Triton program on CUDA
+INTERPRETED_BLOCK = 32  # under the interpreter, where each program costs time, not a thread
+
+
+def triton_block(device: torch.device) -> int:
+    return TRITON_BLOCK if device.type == "cuda" else INTERPRETED_BLOCK
+
+
+def triton_launch(kernel: tuple, device: torch.device, grid: tuple, *args, **meta) -> None:
+    """Launch a (compiled, interpreted) kernel pair: compiled on CUDA, under Triton's
+    interpreter on CPU tensors (numpy's floating-point warnings silenced there: NaN and inf
+    are values the kernels copy and multiply on purpose)."""
+    compiled, interpreted = kernel
+    if device.type == "cuda":
+        compiled[grid](*args, **meta)
+        return
+    with np.errstate(all="ignore"):
+        interpreted[grid](*args, **meta)
+
+
 def offsets(lengths: torch.Tensor) -> np.ndarray:
     """[0, cumulative lengths...] of a CPU int64 tensor, as the NumPy array a kernel indexes."""
     return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)]).numpy()

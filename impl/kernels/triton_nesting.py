@@ -14,6 +14,8 @@ tensors under Triton's interpreter (see `triton_rl_batch`).
 
 import torch
 
+from batchproof.impl import kernels
+
 try:
     import triton
     import triton.language as tl
@@ -21,8 +23,6 @@ try:
 except ImportError:  # the torch path runs instead
     triton = None
 
-BLOCK = 1024  # elements per program on CUDA
-INTERPRETED_BLOCK = 32  # on the CPU, where each program costs interpreter time
 
 
 if triton is not None:  # the kernel (its annotations need triton.language)
@@ -35,8 +35,7 @@ if triton is not None:  # the kernel (its annotations need triton.language)
         values = tl.load(src_ptr + tl.load(src_start_ptr + q) + k, mask=inside)
         tl.store(dst_ptr + tl.load(dst_start_ptr + q) + k, values, mask=inside)
 
-    _COMPILED = triton.jit(_copy_runs)
-    _INTERPRETED = InterpretedFunction(_copy_runs)
+    _KERNEL = triton.jit(_copy_runs), InterpretedFunction(_copy_runs)
 
 
 def copy_runs(dst: torch.Tensor, src: torch.Tensor, dst_starts: torch.Tensor,
@@ -47,8 +46,7 @@ def copy_runs(dst: torch.Tensor, src: torch.Tensor, dst_starts: torch.Tensor,
     if not sizes.numel() or not longest:
         return
     device = dst.device
-    kernel = _COMPILED if device.type == "cuda" else _INTERPRETED
-    block = BLOCK if device.type == "cuda" else INTERPRETED_BLOCK
-    kernel[(sizes.numel(), triton.cdiv(longest, block))](
-        dst, src, dst_starts.contiguous(), src_starts.contiguous(), sizes.contiguous(),
-        BLOCK=block)
+    block = kernels.triton_block(device)
+    kernels.triton_launch(
+        _KERNEL, device, (sizes.numel(), triton.cdiv(longest, block)), dst, src,
+        dst_starts.contiguous(), src_starts.contiguous(), sizes.contiguous(), BLOCK=block)

@@ -22,6 +22,8 @@ The caller (`batchproof.impl.rl_batch`) decides when they apply (`kernels.triton
 
 import torch
 
+from batchproof.impl import kernels
+
 try:
     import triton
     import triton.language as tl
@@ -29,8 +31,6 @@ try:
 except ImportError:  # the torch path runs instead
     triton = None
 
-BLOCK = 1024  # columns per program on CUDA
-INTERPRETED_BLOCK = 32  # on the CPU, where each program costs interpreter time, not threads
 ONE_BITS = 0x3F800000  # float32 1.0
 COPY, ONES, MASK = 1, 2, 3  # what a response tensor gets (a constexpr of the response kernel)
 
@@ -79,8 +79,8 @@ if triton is not None:  # the kernels (their annotations need triton.language)
             written = tl.where(on, tl.load(flat_ptr + r0 + cols - a, mask=on, other=0), 0)
         tl.store(out_ptr + row * width + cols, written, mask=cols < width)
 
-    _COMPILED = triton.jit(_sequence_rows), triton.jit(_response_rows)
-    _INTERPRETED = InterpretedFunction(_sequence_rows), InterpretedFunction(_response_rows)
+    _SEQUENCE_ROWS = triton.jit(_sequence_rows), InterpretedFunction(_sequence_rows)
+    _RESPONSE_ROWS = triton.jit(_response_rows), InterpretedFunction(_response_rows)
 
 
 def available() -> bool:
@@ -98,15 +98,15 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     CPU. `values`: name -> flat float32 values, or None: not built, except for the name `ones`,
     which then gets a 1.0 on each response column (the default loss mask)."""
     device, batch = p_flat.device, p_len.numel()
-    sequence_rows, response_rows = _COMPILED if device.type == "cuda" else _INTERPRETED
-    block = BLOCK if device.type == "cuda" else INTERPRETED_BLOCK
+    block = kernels.triton_block(device)
     out = {name: torch.empty((batch, width), dtype=torch.int64, device=device)
            for name in ("input_ids", "attention_mask", "position_ids")}
     out["response_mask"] = torch.empty((batch, max_response), dtype=torch.int64, device=device)
     r_off = _offsets(r_len)
     if width:
-        sequence_rows[(batch, triton.cdiv(width, block))](
-            out["input_ids"], out["attention_mask"], out["position_ids"], p_flat.contiguous(),
+        kernels.triton_launch(
+            _SEQUENCE_ROWS, device, (batch, triton.cdiv(width, block)), out["input_ids"],
+            out["attention_mask"], out["position_ids"], p_flat.contiguous(),
             _offsets(p_len), r_flat.contiguous(), r_off, start.contiguous(), width,
             pad_token_id, BLOCK=block)
     tensors = [(out["response_mask"], out["response_mask"], MASK)]
@@ -120,6 +120,7 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     if max_response:
         r_start = r_start.contiguous()
         for target, source, mode in tensors:  # a launch each: a few, each row-parallel
-            response_rows[(batch, triton.cdiv(max_response, block))](
-                target, source, r_off, r_start, max_response, MODE=mode, BLOCK=block)
+            kernels.triton_launch(
+                _RESPONSE_ROWS, device, (batch, triton.cdiv(max_response, block)), target,
+                source, r_off, r_start, max_response, MODE=mode, BLOCK=block)
     return out

@@ -16,6 +16,8 @@ under Triton's interpreter (see `triton_rl_batch`).
 
 import torch
 
+from batchproof.impl import kernels
+
 try:
     import triton
     import triton.language as tl
@@ -23,8 +25,6 @@ try:
 except ImportError:  # the torch path runs instead
     triton = None
 
-BLOCK = 1024  # columns per program on CUDA
-INTERPRETED_BLOCK = 32  # on the CPU, where each program costs interpreter time
 
 
 if triton is not None:  # the kernel (its annotations need triton.language)
@@ -51,8 +51,7 @@ if triton is not None:  # the kernel (its annotations need triton.language)
         tl.store(predict_ptr + r0 + k, (o + cols - 1).to(tl.int64), mask=in_response)
         tl.store(owner_ptr + r0 + k, (cols * 0 + i).to(tl.int64), mask=in_response)
 
-    _COMPILED = triton.jit(_samples)
-    _INTERPRETED = InterpretedFunction(_samples)
+    _KERNEL = triton.jit(_samples), InterpretedFunction(_samples)
 
 
 def available() -> bool:
@@ -71,8 +70,7 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
     on the CPU. `longest`: the longest sample (p + r), `n_responses`: the response tokens (both
     known on the host already). A given `input_ids` already holds the tokens and the pad."""
     device, batch = p_flat.device, p_len.numel()
-    kernel = _COMPILED if device.type == "cuda" else _INTERPRETED
-    block = BLOCK if device.type == "cuda" else INTERPRETED_BLOCK
+    block = kernels.triton_block(device)
     copy_tokens = input_ids is None
     ids = torch.empty(total, dtype=torch.int64, device=device) if copy_tokens else input_ids
     positions = torch.empty(total, dtype=torch.int64, device=device)
@@ -80,9 +78,10 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
     p_off, r_off = _offsets(p_len), _offsets(r_len)
     offsets = _offsets(p_len + r_len)
     if longest:
-        kernel[(batch, triton.cdiv(longest, block))](
-            ids, positions, *per_response, p_flat.contiguous(), p_off, r_flat.contiguous(),
-            r_off, offsets, COPY_TOKENS=copy_tokens, BLOCK=block)
+        kernels.triton_launch(
+            _KERNEL, device, (batch, triton.cdiv(longest, block)), ids, positions,
+            *per_response, p_flat.contiguous(), p_off, r_flat.contiguous(), r_off, offsets,
+            COPY_TOKENS=copy_tokens, BLOCK=block)
     real = offsets[-1:]  # the tail pad, from real on: its own segment
     tail = torch.arange(total, device=device) - real
     positions.copy_(torch.where(tail >= 0, tail, positions))
