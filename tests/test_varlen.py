@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import importlib.util
-
 import sys
 import types
 from collections.abc import Callable
