@@ -430,7 +430,8 @@ def bad_nest_cases(draw) -> BadCase:
 @st.composite
 def bad_unnest_cases(draw) -> BadCase:
     td, pad = draw(verl_batches())
-    kind = draw(st.sampled_from(["dense", "not_td", "short_row", "no_encoding"]))
+    kind = draw(st.sampled_from(["dense", "not_td", "short_row", "no_encoding", "run_counts",
+                                 "run_outside", "field_dense"]))
     if kind == "dense":
         return BadCase(Case((td,)), ValueError, "a dense batch")
     if kind == "not_td":
@@ -439,12 +440,34 @@ def bad_unnest_cases(draw) -> BadCase:
     if kind == "no_encoding":
         del nested["attention_mask_lengths"]
         return BadCase(Case((nested,)), ValueError, "an encoding is missing")
+    if kind in ("run_counts", "run_outside"):  # run lengths that do not pair with the starts,
+        nested["attention_mask_lengths"] = _bad_run_lengths(  # or a run past the mask's width
+            nested["attention_mask_lengths"], kind == "run_counts",
+            ref_nesting.stash_of(nested)["masks"]["attention_mask"]["width"])
+        return BadCase(Case((nested,)), ValueError, f"attention_mask runs: {kind}")
+    if kind == "field_dense":
+        nested["input_ids"] = td["input_ids"]
+        return BadCase(Case((nested,)), ValueError, "input_ids dense in a nested batch")
     ids = nested["input_ids"]
     shorter = torch.nested.nested_tensor_from_jagged(
         torch.cat([ids.values(), torch.tensor([5])]),
         offsets=torch.cat([ids.offsets()[:-1], ids.offsets()[-1:] + 1]))
     nested["input_ids"] = shorter
     return BadCase(Case((nested,)), ValueError, "a row longer than its mask")
+
+
+def _bad_run_lengths(lengths: torch.Tensor, move_one: bool, width: int) -> torch.Tensor:
+    """The run lengths of a mask encoding, with a row's count changed (one run moved to the
+    next row, so the starts no longer pair) or, when there is a run, its length past `width`
+    (a run count change when the rows hold no run)."""
+    values, counts = lengths.values().clone(), torch.diff(lengths.offsets())
+    if move_one or values.numel() == 0:
+        counts = torch.cat([counts[:1] + 1, counts[1:]])
+        values = torch.cat([values, values.new_ones(1)])
+    else:
+        values[0] = width + 1
+    offsets = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return torch.nested.nested_tensor_from_jagged(values, offsets=offsets)
 
 
 @st.composite
@@ -461,7 +484,8 @@ def bad_chunk_cases(draw) -> BadCase:
 @st.composite
 def bad_extract_cases(draw) -> BadCase:
     td, pad = draw(verl_batches())
-    kind = draw(st.sampled_from(["orphan", "too_long", "row_length", "not_tensor", "flat_size"]))
+    kind = draw(st.sampled_from(["orphan", "too_long", "row_length", "not_tensor", "flat_size",
+                                 "strided_output", "output_rows"]))
     if kind in ("orphan", "too_long") and not _has_response_columns(td):
         kind = "flat_size"
     if kind == "orphan":
@@ -481,6 +505,13 @@ def bad_extract_cases(draw) -> BadCase:
         return BadCase(Case((td, flat.tolist())), TypeError, "output is a list")
     if kind == "flat_size":
         return BadCase(Case((td, torch.zeros(sum(totals) + 1))), ValueError, "nnz + 1 values")
+    if kind == "strided_output":
+        output = torch.nested.nested_tensor([torch.zeros(t) for t in totals])
+        return BadCase(Case((td, output)), TypeError, "a strided nested output")
+    if kind == "output_rows":
+        output = torch.nested.nested_tensor([torch.zeros(t) for t in totals + [1]],
+                                            layout=torch.jagged)
+        return BadCase(Case((td, output)), ValueError, "one output row too many")
     lengths = list(totals)
     lengths[0] += 1
     offsets = torch.tensor([0] + list(_cumsum(lengths)), dtype=torch.int64)
@@ -526,7 +557,11 @@ def _shrink_max_response(td: TensorDict) -> TensorDict:
 def bad_pad_cases(draw) -> BadCase:
     td, pad = draw(verl_batches())
     nested = nest_quietly(td, pad_token_id=pad)
-    kind = draw(st.sampled_from(["absent", "sequence_axis", "not_str", "dense", "beyond_r"]))
+    kind = draw(st.sampled_from(["absent", "sequence_axis", "not_str", "dense", "beyond_r",
+                                 "no_r"]))
+    if kind == "no_r":  # a batch nested without knowing R (no response widths at all)
+        nested = nest_quietly(td.select("input_ids", "attention_mask"), pad_token_id=pad)
+        return BadCase(Case((nested,)), ValueError, "the nested batch has no R")
     if kind == "beyond_r" and not _has_response_columns(td):
         kind = "absent"
     if kind == "absent":
@@ -747,8 +782,18 @@ def prop_inverse(case: Case, dense) -> None:
     full width, fields with their pads, whatever the chunk."""
     nested = case.args[0]
     stash = nested.get_non_tensor(ref_nesting.STASH)
+    if not _as_nested(nested, stash):  # edited after nesting: nothing to invert
+        return
     again = nest_quietly(dense, rules=rules_from_stash(stash))
     assert_identical(nested, again, compared="nest_by_mask(unnest_by_mask(n)) vs n")
+
+
+def _as_nested(nested: TensorDictBase, stash: dict) -> bool:
+    """Whether `nested` holds exactly the entries nest_by_mask made (no field or entry removed
+    or added since)."""
+    made = ({k for k in stash["order"] if k not in stash["masks"]} | set(stash["added"])
+            | {k for m in stash["masks"] for k in ref_nesting.rle_keys(m)} | {ref_nesting.STASH})
+    return set(nested.keys()) == made
 
 
 def prop_chunk_commutes(case: Case, dense, candidate) -> None:
@@ -1121,6 +1166,99 @@ def _verl_fill_case() -> Case:
         return Case((td, impl_nesting.nest_by_mask(td, pad_token_id=0)))
 
 
+def _with_views(td: TensorDict) -> TensorDict:
+    """prompts and responses as column slices of input_ids (non-contiguous views)."""
+    prompt_width = td["prompts"].shape[1]
+    td["prompts"] = td["input_ids"][:, :prompt_width]
+    td["responses"] = td["input_ids"][:, prompt_width:]
+    return td
+
+
+def _bad_nest_pins() -> list[tuple]:
+    """(name, td, kwargs, exception, why): each argument check of plan_nesting (which
+    reference and impl share), on the example batch."""
+    td = example_batch
+    njt = torch.nested.nested_tensor([torch.zeros(i + 1) for i in range(3)], layout=torch.jagged)
+    return [
+        ("strict_not_a_bool", td(), {"strict": 1}, TypeError, "strict=1"),
+        ("derived_mask_without_attention", td().select("responses"), {}, ValueError,
+         "responses need the response attention, derived from an absent attention_mask"),
+        ("prompts_wider_than_attention", td().set("prompts", torch.zeros(3, 9)), {}, ValueError,
+         "P = 9 > the attention width 8"),
+        ("encoding_name_taken", td().set("attention_mask_offsets", torch.zeros(3, 1)), {},
+         ValueError, "td already holds attention_mask_offsets"),
+        ("rule_name_not_str", td(), {"rules": {1: None}}, TypeError, "a rule for field 1"),
+        ("rule_not_a_pair", td(), {"rules": {"x": "attention_mask"}}, TypeError,
+         "a rule that is not (mask, pad)"),
+        ("rule_mask_not_str", td(), {"rules": {"x": (1, 0)}}, TypeError, "mask 1"),
+        ("rule_pad_not_a_number", td(), {"rules": {"x": ("attention_mask", "0")}}, TypeError,
+         "pad '0'"),
+        ("no_batch_dimension", TensorDict({}, []), {}, ValueError, "batch_size []"),
+        ("nested_tensordict_field", td().set("sub", TensorDict({"x": torch.zeros(3)}, [3])), {},
+         TypeError, "a sub-TensorDict"),
+        ("jagged_field", td().set("ragged", njt), {}, TypeError, "an already jagged field"),
+        ("max_response_length_tensor",
+         td().exclude("max_response_length").set("max_response_length", torch.ones(3)), {},
+         TypeError, "max_response_length as a tensor"),
+        ("max_response_length_str", _with_entry(td(), "max_response_length", "5"), {}, TypeError,
+         "max_response_length '5'"),
+        ("max_response_length_negative", _with_entry(td(), "max_response_length", -1), {},
+         ValueError, "max_response_length -1"),
+        ("response_width_over_attention",
+         _with_entry(td().exclude("prompts"), "max_response_length", 9), {}, ValueError,
+         "R = 9 > the attention width 8"),
+        ("prompts_1d", td().set("prompts", torch.zeros(3)), {}, ValueError, "prompts is (B,)"),
+        ("attention_mask_1d", td().set("attention_mask", torch.ones(3)), {}, ValueError,
+         "attention_mask is (B,)"),
+        ("ignore_dense_str", td(), {"ignore_dense": "loss_mask"}, TypeError,
+         "ignore_dense a str"),
+        ("ignore_dense_not_names", td(), {"ignore_dense": [1]}, TypeError, "ignore_dense [1]"),
+    ]
+
+
+def _one_more_in_row_0(njt: torch.Tensor) -> torch.Tensor:
+    values, offsets = njt.values(), njt.offsets()
+    return torch.nested.nested_tensor_from_jagged(
+        torch.cat([values[:1], values]), offsets=torch.cat([offsets[:1], offsets[1:] + 1]))
+
+
+def _with_entry(td: TensorDict, key: str, value) -> TensorDict:
+    td.set_non_tensor(key, value)
+    return td
+
+
+def _bad_extract_pins() -> list[tuple]:
+    """(name, td, output, exception, why) of extract_response's rarer bad inputs."""
+    td = example_batch()
+    totals = td["attention_mask"].sum(1).tolist()
+    flat = torch.zeros(sum(totals))
+    jagged = [torch.zeros(t) for t in totals]
+    not_binary = td.clone()
+    not_binary["attention_mask"] = td["attention_mask"] * 2
+    no_attention = ref_nesting.nest_by_mask(
+        td.select("responses", "response_mask"), pad_token_id=0,
+        rules={"responses": ("response_mask", ref_nesting.PAD_TOKEN_ID), "response_mask": None})
+    return [
+        ("attention_not_binary", not_binary, flat, ValueError, "attention_mask holds 2"),
+        ("strided_nested_output", td, torch.nested.nested_tensor(jagged), TypeError,
+         "a strided nested output"),
+        ("output_ragged_on_dim_2", td, torch.nested.nested_tensor(
+            [torch.zeros(t, 2) for t in totals], layout=torch.jagged).transpose(1, 2),
+         ValueError, "an output ragged on dim 2"),
+        ("output_rows_differ", td, torch.nested.nested_tensor(jagged[:2], layout=torch.jagged),
+         ValueError, "2 output rows for 3 batch rows"),
+        ("output_row_too_long", td, torch.nested.nested_tensor(
+            [torch.zeros(t + (i == 0)) for i, t in enumerate(totals)], layout=torch.jagged),
+         ValueError, "output row 0 one token longer than its real tokens"),
+        ("no_attention_mask", td.exclude("attention_mask"), flat, ValueError,
+         "a dense batch without attention_mask"),
+        ("response_width_unknown", td.select("input_ids", "attention_mask"), flat, ValueError,
+         "a dense batch without responses, response_mask or max_response_length"),
+        ("no_attention_encoding", no_attention, torch.zeros(3), ValueError,
+         "a nested batch whose stash has no attention_mask"),
+    ]
+
+
 EXAMPLE = Case((example_batch(),), {"pad_token_id": 0})
 
 NEST_PINS = [
@@ -1146,6 +1284,20 @@ NEST_PINS = [
                              holes=[[1, 1], []], floats={}, channels=3),),
              {"pad_token_id": 0}),
         "(B, C, S) position_ids (multi-axis RoPE) must nest as (B, S, C)", _expect_multi_axis),
+    *[Pin(name, BadCase(Case((td,), {"pad_token_id": 0} | kwargs), raises, why), why)
+      for name, td, kwargs, raises, why in _bad_nest_pins()],
+    Pin("non_contiguous_fields",
+        Case((_with_views(example_batch()),), {"pad_token_id": 0}),
+        "fields that are views (prompts and responses sliced from input_ids, as verl makes "
+        "them) are read through their strides, not as if contiguous"),
+    Pin("max_prompt_length_given",
+        Case((_with_entry(example_batch(), "max_prompt_length", 3),), {"pad_token_id": 0}),
+        "a batch that already carries max_prompt_length keeps it: nesting adds only what is "
+        "absent (and unnesting drops only what it added)",
+        lambda case, nested: _assert(nested.get_non_tensor("max_prompt_length") == 3
+                                     and "max_prompt_length" not in
+                                     ref_nesting.stash_of(nested)["added"],
+                                     "max_prompt_length replaced or listed as added")),
 ]
 
 UNNEST_PINS = [
@@ -1156,6 +1308,29 @@ UNNEST_PINS = [
         Case((ref_nesting.nest_by_mask(chunk_width_batch(), pad_token_id=0)[1:4],)),
         "verl: after chunking, unnested response tensors were 301 wide in one chunk and 14336 "
         "in another (the chunk's own maximum instead of the stashed R)", _expect_full_width),
+    Pin("field_removed_after_nesting", Case((_example_nested().exclude("old_log_probs"),)),
+        "a field removed from the nested batch stays removed (not restored as padding)",
+        lambda case, dense: _assert("old_log_probs" not in dense.keys(), "old_log_probs back")),
+    Pin("entry_removed_after_nesting", Case((_example_nested().exclude("max_response_length"),)),
+        "an entry of the dense batch removed after nesting stays removed",
+        lambda case, dense: _assert("max_response_length" not in dense.keys(),
+                                    "max_response_length back")),
+    Pin("entry_added_after_nesting",
+        Case((_example_nested().set("scores", torch.tensor([0.5, 1.5, 2.5])),)),
+        "an entry added to the nested batch (a per-row score) is kept by unnesting",
+        lambda case, dense: _assert(dense["scores"].tolist() == [0.5, 1.5, 2.5], "scores lost")),
+    *[Pin(name, BadCase(Case((nested,)), ValueError, why), why) for name, nested, why in [
+        ("run_counts_differ",
+         _example_nested().set("attention_mask_lengths", _bad_run_lengths(
+             _example_nested()["attention_mask_lengths"], True, 8)),
+         "attention_mask's run starts and lengths differ in row 0"),
+        ("run_outside_width",
+         _example_nested().set("attention_mask_lengths", _bad_run_lengths(
+             _example_nested()["attention_mask_lengths"], False, 8)),
+         "an attention_mask run past the mask's width"),
+        ("field_not_jagged", _example_nested().set("input_ids", example_batch()["input_ids"]),
+         "input_ids dense in a nested batch"),
+    ]],
 ]
 
 CHUNK_PINS = [
@@ -1164,6 +1339,10 @@ CHUNK_PINS = [
         "4 rows in 3 chunks: torch.chunk makes [2, 2] (not [2, 1, 1])",
         lambda case, pieces: _assert([p.batch_size[0] for p in pieces] == [2, 2],
                                      f"chunk sizes {[p.batch_size[0] for p in pieces]} != [2, 2]")),
+    Pin("no_rows", Case((_example_nested()[0:0], 3)),
+        "a batch of no rows gives n empty slices, as torch.chunk does",
+        lambda case, pieces: _assert([p.batch_size[0] for p in pieces] == [0, 0, 0],
+                                     f"chunk sizes {[p.batch_size[0] for p in pieces]}")),
 ]
 
 EXTRACT_PINS = [
@@ -1179,6 +1358,8 @@ EXTRACT_PINS = [
         Case((_example_nested(), torch.arange(10, dtype=torch.float32))),
         "r_i and the columns come from the response attention, never from response_mask",
         _expect_tool_alignment),
+    *[Pin(name, BadCase(Case((td, output)), raises, why), why)
+      for name, td, output, raises, why in _bad_extract_pins()],
 ]
 
 PAD_PINS = [
@@ -1187,6 +1368,17 @@ PAD_PINS = [
               "loss_mask")),
         "NJT.to_padded_tensor pads to the values' total length (or the chunk's maximum), not R",
         _expect_chunk_width),
+    Pin("row_longer_than_its_mask",
+        BadCase(Case((_example_nested().set("responses", _one_more_in_row_0(
+            _example_nested()["responses"])), "responses")), ValueError,
+            "responses row 0 holds one value more than its mask's ones"),
+        "a field row that does not match its mask is rejected, not cut or shifted"),
+    Pin("no_response_width",
+        BadCase(Case((ref_nesting.nest_by_mask(example_batch().select("input_ids",
+                                                                      "attention_mask"),
+                                               pad_token_id=0),)), ValueError, "no R"),
+        "a batch nested without R (no responses, response_mask or max_response_length) has no "
+        "response axis to pad to"),
 ]
 
 PAYLOAD_PINS = [

@@ -139,7 +139,7 @@ def _unnest_width_from_chunk(td):
         return out
     longest = max((int(row.sum()) for row in _rows(lengths)), default=0)
     for name, rule in stash["fields"].items():
-        if rule["mask"] == "response_attention_mask":
+        if rule["mask"] == "response_attention_mask" and name in out.keys():
             out.set(name, out.get(name)[:, :longest].clone())
     return out
 
