@@ -6,9 +6,10 @@ and every record's `cuda` variant runs under the `gpu` marker.
 
 from __future__ import annotations
 
+import hypothesis
 import pytest
 
-from batchproof import registry
+from batchproof import placements, registry
 from batchproof.checks import run_check
 
 RECORDS = registry.all_ops()
@@ -19,6 +20,12 @@ GPU_CHECKS = [(info.name, check) for info in RECORDS if "cuda" in info.devices
               for check in info.check_names() if not check.startswith("property:")]
 
 
+# the records with a Triton kernel (impl/kernels/triton_*.py)
+TRITON_RECORDS = ("rl_batch.build_rl_batch", "varlen.pack_varlen", "nesting.nest_by_mask",
+                  "nesting.unnest_by_mask", "sft.pack_sft")
+TRITON_CHECKS = [(name, check) for name, check in IMPL_CHECKS if name in TRITON_RECORDS]
+
+
 def _id(pair: tuple[str, str]) -> str:
     return f"{pair[0]}-{pair[1]}"
 
@@ -26,6 +33,20 @@ def _id(pair: tuple[str, str]) -> str:
 @pytest.mark.parametrize("record, check", IMPL_CHECKS, ids=map(_id, IMPL_CHECKS))
 def test_impl(record: str, check: str) -> None:
     run_check(registry.get(record), check)
+
+
+@pytest.mark.parametrize("record, check", TRITON_CHECKS, ids=map(_id, TRITON_CHECKS))
+def test_impl_with_the_triton_kernels_interpreted(record: str, check: str) -> None:
+    """The Triton kernels CUDA runs, checked on the CPU under Triton's interpreter: every check
+    of each record that has one (the `triton` placement of `batchproof verify`), at most 20
+    examples each (the interpreter takes tens of milliseconds per call)."""
+    if "triton" not in placements.available():
+        pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
+    current = hypothesis.settings()
+    with placements.placed("triton"):
+        run_check(registry.get(record), check,
+                  settings=hypothesis.settings(current, max_examples=min(current.max_examples,
+                                                                          20)))
 
 
 @pytest.mark.parametrize("record, check", REFERENCE_CHECKS, ids=map(_id, REFERENCE_CHECKS))
