@@ -496,15 +496,14 @@ def _packed_floats(batch: Batch, rows: list, count: int, device) -> tuple[torch.
 def _packed(batch: Batch, rows: list, count: int, code: str, dtype: torch.dtype) -> torch.Tensor:
     """The rows written by struct.pack_into, row by row, into one new CPU tensor."""
     out = torch.empty(count, dtype=dtype)
-    if count:
-        buffer, offset, size = byte_view(out), 0, out.element_size()
-        try:
-            for row in rows:
-                struct.pack_into(f"{len(row)}{code}", buffer, offset, *row)
-                offset += size * len(row)
-        except struct.error:
-            _check_values(batch)
-            raise
+    buffer, offset, size = byte_view(out), 0, out.element_size()  # (count 0: an empty view)
+    try:
+        for row in rows:
+            struct.pack_into(f"{len(row)}{code}", buffer, offset, *row)
+            offset += size * len(row)
+    except struct.error:
+        _check_values(batch)
+        raise
     return out
 
 
@@ -762,12 +761,11 @@ def _output_device(device, batch: Batch, examples) -> torch.device:
         return torch.device(device)
     if batch.flat is not None:
         return batch.flat.input_ids.device
-    if batch.has_tensors:
-        for ex in examples:
-            for value in ex.values():
-                if isinstance(value, torch.Tensor):
-                    return value.device
-    return torch.device("cpu")
+    cpu = torch.device("cpu")
+    if batch.has_tensors:  # the first tensor among the examples' values (has_tensors: one is)
+        return next((value.device for ex in examples for value in ex.values()
+                     if isinstance(value, torch.Tensor)), cpu)
+    return cpu
 
 
 # -- first-fit decreasing ----------------------------------------------------------------------

@@ -12,10 +12,11 @@ with interior zeros or float weights). Properties that need the bins use the ref
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, UserDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
@@ -295,6 +296,20 @@ def _break_example(draw, examples: list[dict], kind: str) -> tuple[object, type,
     return examples, TypeError, f"examples[{i}]: float input_ids tensor"
 
 
+# defects that a TensorDict of jagged fields holds as they are (the others are not ints a jagged
+# int64 tensor can hold, or are no example at all)
+BATCH_DEFECTS = {"loss_length", "broadcast", "num_actions_zero", "num_actions_over_s",
+                 "attention_length", "over_capacity"}
+
+
+def _as_batch(draw, examples, kind: str):
+    """Sometimes the damaged examples as one TensorDict of jagged fields (`jagged_batch`), when
+    the defect survives it: the impl then declines the whole-tensor path and reads the rows."""
+    if kind not in BATCH_DEFECTS or not draw(st.booleans()):
+        return examples
+    return jagged_batch(examples)
+
+
 @st.composite
 def bad_collate_cases(draw) -> BadCase:
     good = draw(collate_cases())
@@ -310,7 +325,7 @@ def bad_collate_cases(draw) -> BadCase:
         kwargs["normalize"] = draw(st.sampled_from([1, "yes", None]))
         return BadCase(Case(good.args, kwargs), TypeError, "normalize not a bool")
     examples, raises, why = _break_example(draw, good.args[0], kind)
-    return BadCase(Case((examples,), kwargs), raises, why)
+    return BadCase(Case((_as_batch(draw, examples, kind),), kwargs), raises, why)
 
 
 @st.composite
@@ -348,7 +363,8 @@ def bad_pack_cases(draw) -> BadCase:
             kwargs["capacity"] = 1
             examples = [dict(examples[0], input_ids=[3, 4], num_actions=1, loss_mask=[1])]
             examples[0].pop("attention_mask", None)
-        return BadCase(Case((examples,), kwargs), ValueError, "a length over capacity")
+        return BadCase(Case((_as_batch(draw, examples, kind),), kwargs), ValueError,
+                       "a length over capacity")
     if kind == "fewer_than_dp":
         kwargs["dp_size"] = len(examples) + draw(st.integers(1, 3))
         return BadCase(Case((examples,), kwargs), ValueError,
@@ -362,7 +378,7 @@ def bad_pack_cases(draw) -> BadCase:
         examples[i]["attention_mask"] = mask
         return BadCase(Case((examples,), kwargs), ValueError, f"examples[{i}]: attention zeros")
     broken, raises, why = _break_example(draw, examples, kind)
-    return BadCase(Case((broken,), kwargs), raises, why)
+    return BadCase(Case((_as_batch(draw, broken, kind),), kwargs), raises, why)
 
 
 @st.composite
@@ -449,7 +465,8 @@ def _to_mixed(case: Case) -> Case:
     return Case((examples,), case.kwargs, case.label)
 
 
-def jagged_batch(examples: list[dict], loss_dtype=torch.float32, device="cpu") -> TensorDict:
+def jagged_batch(examples: list[dict], loss_dtype=torch.float32, device="cpu",
+                 attention_dtype=torch.int64) -> TensorDict:
     """The examples as one batch: a TensorDict of jagged input_ids (int64) and loss_mask, an
     (N,) num_actions, and a jagged attention_mask when any example gives one (all ones for
     those that do not: the default).
@@ -467,13 +484,16 @@ def jagged_batch(examples: list[dict], loss_dtype=torch.float32, device="cpu") -
     if any("attention_mask" in ex for ex in examples):
         fields["attention_mask"] = hs.jagged(
             [[int(v) for v in ex.get("attention_mask", [1] * len(ex["input_ids"]))]
-             for ex in examples], torch.int64, device)
+             for ex in examples], attention_dtype, device)
     return TensorDict(fields, batch_size=[len(examples)])
 
 
 def _to_jagged(case: Case, loss_dtype=torch.float32) -> Case:
-    """The examples as one TensorDict of jagged fields (loss masks in `loss_dtype`)."""
-    return Case((jagged_batch(case.args[0], loss_dtype),), case.kwargs, case.label)
+    """The examples as one TensorDict of jagged fields (loss masks in `loss_dtype`, attention
+    masks in it too when it is not float32: a float 0/1 mask)."""
+    attention = torch.int64 if loss_dtype == torch.float32 else loss_dtype
+    return Case((jagged_batch(case.args[0], loss_dtype, attention_dtype=attention),),
+                case.kwargs, case.label)
 
 
 def _on_device(case: Case, device: str) -> Case:
@@ -949,6 +969,65 @@ def _ex(ids, num_actions, loss, **extra) -> dict:
     return {"input_ids": list(ids), "num_actions": num_actions, "loss_mask": list(loss), **extra}
 
 
+def _t(values, dtype=torch.int64, device="cpu") -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def _structure_pins(kwargs: dict) -> list[Pin]:
+    """Bad and valid examples every `--profile ci` run must reach, for collate_sft and pack_sft
+    (`kwargs` their keywords): the per-example checks' slow path (an example the fast path does
+    not take: a missing key, a non-int num_actions, a numpy int, a mapping not a dict), tensors
+    and batches the whole-tensor paths decline (then the rows are read as the reference reads
+    them), and two devices (a meta tensor stands for the second on a machine with one)."""
+    one = {"input_ids": [1, 2, 3], "num_actions": 2, "loss_mask": [1, 0]}
+    batch = jagged_batch([one, _ex([4, 5], 1, [1])])
+    bad = [
+        ("missing_num_actions", [{"input_ids": [1, 2], "loss_mask": [1]}], ValueError),
+        ("num_actions_float", [dict(one, num_actions=2.0)], TypeError),
+        ("attention_longer_than_ids", [dict(one, attention_mask=[1, 1, 1, 1])], ValueError),
+        ("attention_value_two", [dict(one, attention_mask=[1, 2, 1])], ValueError),
+        ("ids_2d_tensor", [dict(one, input_ids=_t([[1, 2, 3]]))], ValueError),
+        ("ids_float_tensor", [dict(one, input_ids=_t([1, 2, 3], torch.float32))], TypeError),
+        ("complex_loss_mask", [dict(one, loss_mask=_t([1, 0], torch.complex64))], TypeError),
+        ("loss_mask_a_string", [dict(one, loss_mask="10")], TypeError),
+        ("token_beyond_int64", [dict(one, input_ids=[1, 2**63, 3])], ValueError),
+        ("tensor_attention_value_two",
+         [{"input_ids": _t([1, 2]), "num_actions": 1, "loss_mask": _t([1.0], torch.float32),
+           "attention_mask": _t([1, 2])}], ValueError),
+        ("tensors_on_two_devices",
+         [{"input_ids": _t([1, 2]), "num_actions": 1,
+           "loss_mask": _t([1.0], torch.float32, "meta")}], ValueError),
+        ("batch_loss_mask_longer",  # (a non-tensor entry too: no field of a row)
+         jagged_batch([dict(one, loss_mask=[1, 0, 1])]).set_non_tensor("source", "sft"),
+         ValueError),
+        ("batch_num_actions_float", batch.clone().set("num_actions", _t([2.0, 1.0], torch.float32)),
+         TypeError),
+        ("batch_of_no_rows", batch[0:0], ValueError),
+        ("batch_without_batch_dimension", TensorDict({"input_ids": _t([[1, 2]])}, []),
+         ValueError),
+        ("batch_attention_longer",
+         batch.clone().set("attention_mask", hs.jagged([[1, 1, 1, 1], [1, 1]], torch.int64)),
+         ValueError),
+        ("batch_attention_value_two",
+         batch.clone().set("attention_mask", hs.jagged([[1, 2, 1], [1, 1]], torch.int64)),
+         ValueError),
+    ]
+    valid = [
+        ("numpy_num_actions", [dict(one, num_actions=np.int64(2), attention_mask=[1, 1, 1]),
+                               _ex([4, 5], np.int64(1), [1])]),
+        ("mappings_not_dicts", [UserDict(one), UserDict(
+            _ex([4, 5], 1, [1], attention_mask=[1, 1]))]),
+    ]
+    return ([Pin(name, BadCase(Case((examples,), kwargs), raises, name.replace("_", " ")),
+                 "rejected as the reference rejects it, whichever path the impl takes")
+             for name, examples, raises in bad]
+            + [Pin(name, Case((examples,), kwargs), "the per-example checks' slow path accepts "
+                   "what the fast path does not take, with the same output")
+               for name, examples in valid]
+            + [Pin("output_device_given", Case(([one],), kwargs | {"device": "cpu"}),
+                   "an explicit device places the outputs there")])
+
+
 def _expect(key: str, want):
     def check(case: Case, td) -> None:
         got = td[key].tolist() if not td.is_non_tensor(key) else td.get_non_tensor(key)
@@ -1018,6 +1097,7 @@ COLLATE_PINS = [
         "in reference and impl alike, where IEEE addition gives NaN (found 2026-11-24 when the "
         "strategies began to draw float16 loss masks)",
         _expect_loss_values([math.nan, math.nan])),
+    *_structure_pins({"pad_token_id": 0}),
 ]
 
 def _expect_int(want: int):
@@ -1131,6 +1211,17 @@ PACK_PINS = [
                                                                        "capacity": 4}),
                 ValueError, "attention zeros in a packed example"),
         "a packed row cannot express interior attention zeros: rejected, not dropped"),
+    Pin("batch_over_capacity",
+        BadCase(Case((jagged_batch([_ex([1] * 5, 1, [1])]),), {"pad_token_id": 0,
+                                                                 "capacity": 4}),
+                ValueError, "a 5-token example in a jagged batch, capacity 4"),
+        "a jagged batch is checked whole, and still names the reference's error"),
+    *_structure_pins({"pad_token_id": 0, "capacity": 8}),
+    Pin("no_loss_target", Case(([_ex([5], 1, [1]), _ex([6], 1, [0.5])],),
+                               {"pad_token_id": 0, "capacity": 4}),
+        "one-token examples lose their only loss value to the shift: an all-zero loss_mask "
+        "(scale 1 / max(0, 1)), no NaN",
+        lambda case, td: _assert(not bool(td["loss_mask"].any()), "a loss value survived")),
 ]
 
 # --------------------------------------------------------------------------- records
