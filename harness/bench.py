@@ -38,6 +38,14 @@ WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
 }
 
 
+# trainer scale from jagged device tensors only (no lists, no reference): `--scale h100`
+DEVICE_WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
+    "rl_batch": workloads.rl_batch_device_workload,
+    "varlen": workloads.pack_varlen_device_workload,
+}
+QUICK_DEVICE_SIZE = {"batch": 64, "prompt_max": 64, "response_max": 256}
+
+
 def keep_freed_memory() -> bool:
     """Tell glibc to keep freed memory for reuse (see the module docstring); False elsewhere."""
     name = ctypes.util.find_library("c")
@@ -96,6 +104,11 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
             out[name] = f"{seconds / floors['jagged']:.2f}x floor (output write)"
         elif floors["lists"]:
             out[name] = f"{seconds / floors['lists']:.2f}x floor (lists)"
+    if floors["jagged"]:  # what a write-once op could reach: the floor's bandwidth
+        for name, seconds in best.items():
+            if name in out and not name.startswith("floor") and \
+                    ("jagged" in name or "tensors" in name):
+                out[name] += f"; {floors['jagged'] / seconds:.0%} of the write bandwidth"
     if "reference" in best and "impl (lists)" in best:
         out["reference"] += f"; impl (lists) is {best['reference'] / best['impl (lists)']:.0f}x faster"
     for form in ("lists", "jagged", "tensors"):  # the impl against the NumPy per-row baseline
@@ -106,11 +119,12 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
 
 
 def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False,
-         pages: str = "warm") -> int:
-    names = _selected(ops)
-    unknown = [n for n in names if n not in WORKLOADS]
+         pages: str = "warm", scale: str = "default") -> int:
+    table_of = DEVICE_WORKLOADS if scale == "h100" else WORKLOADS
+    names = _selected(ops) if scale == "default" else list(ops or table_of)
+    unknown = [n for n in names if n not in table_of]
     if unknown:
-        console.print(f"[red]no benchmark workload for {unknown}; available: {list(WORKLOADS)}")
+        console.print(f"[red]no benchmark workload for {unknown}; available: {list(table_of)}")
         return 2
     if device == "cuda" and not torch.cuda.is_available():
         console.print("[red]--device cuda: no CUDA device here[/red]")
@@ -120,8 +134,13 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
     report = {}
     rounds = 2 if quick else 7
     for name in names:
-        kwargs = {"batch": 64} if quick else {}
-        workload = WORKLOADS[name](device=device, **kwargs)
+        kwargs = ({"batch": 64} if scale == "default" else QUICK_DEVICE_SIZE) if quick else {}
+        workload = table_of[name](device=device, **kwargs)
+        if device == "cuda":  # the Triton kernels against the torch composition they replace
+            for form in ("jagged", "tensors"):
+                if f"impl ({form})" in workload.variants:
+                    workload.variants[f"impl torch path ({form})"] = workloads.torch_path(
+                        workload.variants[f"impl ({form})"])
         total = rounds * len(workload.variants) - (rounds - 1)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"{name} ({workload.size})", total=total)
@@ -135,8 +154,13 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
         for variant, text in ratios(best).items():
             table.add_row(variant, f"{best[variant] * 1e3:.1f} ms", text)
         console.print(table)
+        floor = best.get("floor (output write)")
+        if floor:
+            console.print(f"write bandwidth (floor): {workload.output_bytes / floor / 1e9:.1f} GB/s")
         report[name] = {"size": workload.size, "device": device, "seconds": best,
-                        "output_bytes": workload.output_bytes, "pages": pages}
+                        "output_bytes": workload.output_bytes, "pages": pages,
+                        "write_bandwidth_gbps": workload.output_bytes / floor / 1e9
+                        if floor else None}
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(report, handle, indent=2)

@@ -785,7 +785,7 @@ def bench(args: argparse.Namespace) -> int:
         _need_cuda()
     try:
         return bench_module.main(ops=args.op, device=args.device, json_path=args.json,
-                                 quick=args.quick, pages=args.pages)
+                                 quick=args.quick, pages=args.pages, scale=args.scale)
     except ValueError as err:
         raise UsageError(str(err)) from None
 
@@ -1081,6 +1081,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--json")
     p.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    p.add_argument("--scale", default="default", choices=["default", "h100"],
+                   help="h100: trainer scale from jagged device tensors (B = 8192, prompts up to "
+                        "2048, responses up to 14336 tokens; rl_batch and varlen), impl vs its "
+                        "torch path vs the write floor (docs/performance.md)")
     p.add_argument("--pages", default="warm", choices=["warm", "system"],
                    help="warm (default): glibc keeps freed memory, so outputs land on pages "
                         "already mapped, as in a long-running trainer; system: glibc's own "

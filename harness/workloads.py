@@ -107,6 +107,83 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
                     variants, output_bytes, tokens)
 
 
+def torch_path(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn` with impl/'s Triton kernels switched off: the device-generic torch composition."""
+    from batchproof.impl import kernels
+
+    def run():
+        saved, kernels.TRITON = kernels.TRITON, False
+        try:
+            return fn()
+        finally:
+            kernels.TRITON = saved
+    return run
+
+
+def device_jagged(lengths: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A jagged tensor of rows of `lengths` over `values` (both already on the device)."""
+    offsets = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+    return torch.nested.nested_tensor_from_jagged(values, offsets=offsets)
+
+
+def device_rl_batch_inputs(batch: int, device: str, prompt_max: int, response_max: int,
+                           seed: int = 0, vocab: int = 32000):
+    """Jagged prompts, responses and per-token values made on the device (no Python lists):
+    lengths uniform in [1, prompt_max] and [1, response_max]."""
+    gen = torch.Generator().manual_seed(seed)
+    p_len = torch.randint(1, prompt_max + 1, (batch,), generator=gen).to(device)
+    r_len = torch.randint(1, response_max + 1, (batch,), generator=gen).to(device)
+    n_p, n_r = int(p_len.sum()), int(r_len.sum())
+    on = torch.Generator(device=device).manual_seed(seed)
+    prompts = device_jagged(p_len, torch.randint(0, vocab, (n_p,), generator=on, device=device))
+    responses = device_jagged(r_len, torch.randint(0, vocab, (n_r,), generator=on,
+                                                   device=device))
+    values = {name: device_jagged(r_len, torch.rand(n_r, generator=on, device=device))
+              for name in ("rewards", "loss_masks", "logprobs")}
+    return prompts, responses, values, p_len, r_len
+
+
+def rl_batch_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                             prompt_max: int = 2048, response_max: int = 14336) -> Workload:
+    """`build_rl_batch` from jagged device tensors at trainer scale (issue 19's H100 size:
+    B = 8192, prompts up to 2048, responses up to 14336): the impl (Triton kernels on CUDA)
+    and the output write floor."""
+    from batchproof.impl import rl_batch as impl
+
+    prompts, responses, values, p_len, r_len = device_rl_batch_inputs(
+        batch, device, prompt_max, response_max, seed)
+    width, r_width = int((p_len + r_len).max()), int(r_len.max())
+    outputs = [((batch, width), torch.int64)] * 3 + [((batch, r_width), torch.int64)] + \
+        [((batch, r_width), torch.float32)] * 3
+    output_bytes = sum(int(np.prod(s)) * torch.empty((), dtype=d).element_size()
+                       for s, d in outputs)
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (jagged)": lambda: impl.build_rl_batch(prompts, responses, pad_token_id=0,
+                                                     **values),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    tokens = int((p_len + r_len).sum())
+    return Workload("rl_batch", "build_rl_batch", f"B={batch}, {tokens / 1e6:.1f} M tokens "
+                    f"(jagged, on {device})", variants, output_bytes, tokens)
+
+
+def pack_varlen_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                                prompt_max: int = 2048, response_max: int = 14336) -> Workload:
+    """`pack_varlen` from jagged device tensors at trainer scale (as rl_batch's)."""
+    from batchproof.impl import varlen as impl
+
+    prompts, responses, _, p_len, r_len = device_rl_batch_inputs(
+        batch, device, prompt_max, response_max, seed)
+    tokens, response_tokens = int((p_len + r_len).sum()), int(r_len.sum())
+    padded = -(-tokens // 128) * 128
+    outputs = [((1, padded), torch.int64)] * 2 + [((response_tokens,), torch.int64)] * 3
+    output_bytes = sum(int(np.prod(s)) * 8 for s, _ in outputs)
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (jagged)": lambda: impl.pack_varlen(prompts, responses, pad_to_multiple=128),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    return Workload("varlen", "pack_varlen", f"B={batch}, {tokens / 1e6:.1f} M tokens "
+                    f"(jagged, on {device})", variants, output_bytes, tokens)
+
+
 def pack_varlen_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
     """`varlen.pack_varlen` on the rl_batch inputs (B=1024, prompts 50–500, responses 50–2000)."""
     from batchproof.impl import varlen as impl

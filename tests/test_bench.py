@@ -15,9 +15,9 @@ def test_ratios_against_the_floor_of_each_input_form_and_the_baseline() -> None:
     assert text["floor (lists)"] == text["floor (output write)"] == "1.00x (floor)"
     assert text["reference"] == "10.00x floor (lists); impl (lists) is 20x faster"
     assert text["impl (lists)"] == "0.50x floor (lists); 2.00x faster than numpy rows (lists)"
-    assert text["impl (jagged)"] == "3.00x floor (output write); 3.00x faster than numpy rows " \
-                                    "(jagged)"
-    assert text["impl (tensors)"] == "2.00x floor (output write)"
+    assert text["impl (jagged)"] == "3.00x floor (output write); 33% of the write bandwidth; " \
+                                    "3.00x faster than numpy rows (jagged)"
+    assert text["impl (tensors)"] == "2.00x floor (output write); 50% of the write bandwidth"
 
 
 def test_ops_with_their_own_floors() -> None:
@@ -36,6 +36,18 @@ def test_quick_run_writes_every_variant(tmp_path) -> None:
         <= set(report["rl_batch"]["seconds"])
     assert all(seconds > 0 for seconds in report["rl_batch"]["seconds"].values())
     assert report["rl_batch"]["pages"] == "system"
+
+
+def test_trainer_scale_from_device_tensors(tmp_path) -> None:
+    """`--scale h100` (here `--quick`, on the CPU): jagged inputs made on the device, the impl
+    against the write floor, and the floor's bandwidth in the report."""
+    path = tmp_path / "bench.json"
+    assert bench.main(quick=True, json_path=str(path), pages="system", scale="h100") == 0
+    report = json.loads(path.read_text())
+    assert set(report) == {"rl_batch", "varlen"}
+    assert set(report["rl_batch"]["seconds"]) == {"impl (jagged)", "floor (output write)"}
+    assert report["varlen"]["write_bandwidth_gbps"] > 0
+    assert bench.main(ops=["sft.pack_sft"], scale="h100") == 2  # no trainer-scale workload
 
 
 def test_unknown_workload_is_an_error() -> None:

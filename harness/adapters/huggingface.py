@@ -130,7 +130,8 @@ def needs_no_tail_pad(case: Case) -> bool:
         return False
     if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
         return False
-    if len(prompts) != len(responses):
+    if not all(isinstance(rows, (list, tuple, torch.Tensor)) for rows in (prompts, responses)) \
+            or len(prompts) != len(responses):  # (one feature per sample: sequences of rows)
         return False
     lengths = [_length(row) for row in (*prompts, *responses)]
     if any(n is None for n in lengths) or sum(lengths) % multiple != 0:

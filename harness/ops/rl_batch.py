@@ -218,6 +218,24 @@ def _to_jagged(case: Case, device: str = "cpu", holes: bool = False) -> Case:
                  hs.jagged(responses, torch.int64, device, holes=holes)), kwargs)
 
 
+NARROW_FORM = "values in float16 / bfloat16 / float64"
+
+
+def narrow_dtype(case: Case) -> torch.dtype:
+    """float16, bfloat16 or float64, by the batch size: each drawn across examples."""
+    return (torch.float16, torch.bfloat16, torch.float64)[len(case.args[0]) % 3]
+
+
+def _values_narrowed(case: Case) -> Case:
+    """Per-token rows as 1-D tensors of another float dtype (float16 and bfloat16 round the
+    values: a lossy form, compared with the reference on the same rounded input)."""
+    dtype = narrow_dtype(case)
+    kwargs = {name: [torch.tensor(row, dtype=dtype) if isinstance(row, list) else row
+                     for row in rows] if rows is not None and name in PER_TOKEN_ARGS else rows
+              for name, rows in case.kwargs.items()}
+    return Case(case.args, kwargs, case.label)
+
+
 def _on_device(case: Case, device: str) -> Case:
     return _to_jagged(case, device).replace(device=device)
 
@@ -583,7 +601,7 @@ EXAMPLE = Case(([[11, 12, 13], [21], [31, 32]], [[14, 15], [22, 23, 24, 25], []]
 BUILD_RL_BATCH = register(OpInfo(
     op="rl_batch",
     function="build_rl_batch",
-    valid=rl_batch_cases(value_dtypes=hs.FLOAT_DTYPES),
+    valid=rl_batch_cases(),
     invalid=bad_rl_batch_cases(),
     compare=assert_identical,
     properties=[
@@ -600,7 +618,9 @@ BUILD_RL_BATCH = register(OpInfo(
     ],
     pins=BUILD_PINS,
     forms={"lists": lambda c: c, "tensors": _to_tensors, "jagged": _to_jagged,
-           "jagged with holes": lambda c: _to_jagged(c, holes=True)},
+           "jagged with holes": lambda c: _to_jagged(c, holes=True),
+           NARROW_FORM: _values_narrowed},
+    lossy_forms=(NARROW_FORM,),
     devices=("cpu", "cuda"),
     to_device=_on_device,
     describe_row=describe_row,

@@ -157,7 +157,7 @@ def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
 
 @st.composite
 def collate_cases(draw) -> Case:
-    examples = draw(sft_examples(loss_dtypes=hs.FLOAT_DTYPES))
+    examples = draw(sft_examples())
     kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49, -100]))}
     if draw(st.booleans()):
         kwargs["normalize"] = draw(st.booleans())
@@ -168,7 +168,7 @@ def collate_cases(draw) -> Case:
 def pack_cases(draw) -> Case:
     config = draw(parallel_configs())
     examples = draw(sft_examples(min_size=config.dp, max_size=config.dp + MAX_EXAMPLES - 1,
-                                 packed=True, loss_dtypes=hs.FLOAT_DTYPES))
+                                 packed=True))
     lengths = [len(ex["input_ids"]) for ex in examples]
     capacity = max(lengths) + draw(st.one_of(st.just(0), st.integers(0, 3),
                                              st.integers(0, 2 * hs.MAX_LEN)))
@@ -506,9 +506,20 @@ def _on_device(case: Case, device: str) -> Case:
     return Case((examples,), {**case.kwargs, "device": device}, case.label)
 
 
+NARROW_FORM = "float16 / bfloat16 tensors"
+
+
+def _to_narrow_tensors(case: Case) -> Case:
+    """Every field a 1-D tensor, loss masks in float16 or bfloat16 (by the batch size): they
+    round the values, a lossy form, compared with the reference on the same rounded input."""
+    dtype = (torch.float16, torch.bfloat16)[len(case.args[0]) % 2]
+    return Case(([_tensor_example(ex, loss_dtype=dtype) for ex in case.args[0]],),
+                case.kwargs, case.label)
+
+
 FORMS = {"lists": lambda c: c, "tensors": _to_tensors, "float32 tensors": _to_float32_tensors,
          "mixed": _to_mixed, "jagged": _to_jagged,
-         "jagged float64": lambda c: _to_jagged(c, torch.float64)}
+         "jagged float64": lambda c: _to_jagged(c, torch.float64), NARROW_FORM: _to_narrow_tensors}
 
 # --------------------------------------------------------------------------- helpers
 
@@ -1244,6 +1255,7 @@ COLLATE_SFT = register(OpInfo(
     ],
     pins=COLLATE_PINS,
     forms=FORMS,
+    lossy_forms=(NARROW_FORM,),
     devices=("cpu", "cuda"),
     to_device=_on_device,
     describe_row=describe_collate_row,
@@ -1323,6 +1335,7 @@ PACK_SFT = register(OpInfo(
     ],
     pins=PACK_PINS,
     forms=FORMS,
+    lossy_forms=(NARROW_FORM,),
     devices=("cpu", "cuda"),
     to_device=_on_device,
     describe_row=describe_pack_row,
