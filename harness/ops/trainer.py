@@ -528,6 +528,8 @@ PAD_PINS = [
            ValueError, "td has no batch dimension"),
           ("unknown_layout", _batch([[1]], [[2]]), {"layout": "right"}, ValueError,
            "layout is neither left nor two_segment"),
+          ("min_length_one", _batch([[1]], [[2]]), {"min_length": 1}, ValueError,
+           "a padding sample of one token has no prompt and response"),
           ("no_input_ids", _batch([[1]], [[2]]).exclude("input_ids"), {}, ValueError,
            "td has no input_ids"),
           ("nested_tensordict_field", _batch([[1]], [[2]]).set(
