@@ -80,11 +80,9 @@ def write_rows(ids_flat, loss_flat, scale, row_first, offset, lengths, targets, 
     block = kernels.triton_block(device)
     out = [torch.empty(n_rows * width, dtype=torch.int64, device=device) for _ in range(3)]
     out.append(torch.empty(n_rows * (width - 1), dtype=torch.float32, device=device))
-    if n_rows and width:
-        kernels.triton_launch(
-            _KERNEL, device, (n_rows, triton.cdiv(width, block)), *out, ids_flat.contiguous(),
-            _exclusive_cumsum(lengths), loss_flat.contiguous(),
-            _exclusive_cumsum(targets), row_first.contiguous(), offset.contiguous(),
-            lengths.contiguous(), targets.contiguous(), scale.reshape(1), width, pad_token_id,
-            BLOCK=block)
+    kernels.triton_launch(  # (n_rows >= 1 and width >= 1: every example has a token)
+        _KERNEL, device, (n_rows, triton.cdiv(width, block)), *out, ids_flat.contiguous(),
+        _exclusive_cumsum(lengths), loss_flat.contiguous(), _exclusive_cumsum(targets),
+        row_first.contiguous(), offset.contiguous(), lengths.contiguous(), targets.contiguous(),
+        scale.reshape(1), width, pad_token_id, BLOCK=block)
     return tuple(out)

@@ -30,8 +30,7 @@ except ImportError:  # the torch path runs instead
 if triton is not None:  # the kernel (its annotations need triton.language)
 
     def _samples(ids_ptr, positions_ptr, target_ptr, predict_ptr, owner_ptr, p_flat_ptr,
-                 p_off_ptr, r_flat_ptr, r_off_ptr, offsets_ptr, COPY_TOKENS: tl.constexpr,
-                 BLOCK: tl.constexpr):
+                 p_off_ptr, r_flat_ptr, r_off_ptr, offsets_ptr, BLOCK: tl.constexpr):
         i = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         p0 = tl.load(p_off_ptr + i)
@@ -41,10 +40,9 @@ if triton is not None:  # the kernel (its annotations need triton.language)
         o = tl.load(offsets_ptr + i)
         in_prompt = cols < p
         in_response = (cols >= p) & (cols < p + r)
-        if COPY_TOKENS:
-            tokens = tl.where(in_prompt, tl.load(p_flat_ptr + p0 + cols, mask=in_prompt, other=0),
-                              tl.load(r_flat_ptr + r0 + cols - p, mask=in_response, other=0))
-            tl.store(ids_ptr + o + cols, tokens, mask=in_prompt | in_response)
+        tokens = tl.where(in_prompt, tl.load(p_flat_ptr + p0 + cols, mask=in_prompt, other=0),
+                          tl.load(r_flat_ptr + r0 + cols - p, mask=in_response, other=0))
+        tl.store(ids_ptr + o + cols, tokens, mask=in_prompt | in_response)
         tl.store(positions_ptr + o + cols, cols.to(tl.int64), mask=in_prompt | in_response)
         k = cols - p
         tl.store(target_ptr + r0 + k, (o + cols).to(tl.int64), mask=in_response)
@@ -64,15 +62,14 @@ def _offsets(lengths: torch.Tensor) -> torch.Tensor:
 
 
 def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
-                  longest: int, n_responses: int, input_ids: torch.Tensor | None = None):
+                  longest: int, n_responses: int):
     """input_ids, position_ids (total,) and target_index, predict_index, sample_index (one per
     response token), int64 on the inputs' device, as `kernels.varlen.write_samples` writes them
     on the CPU. `longest`: the longest sample (p + r), `n_responses`: the response tokens (both
-    known on the host already). A given `input_ids` already holds the tokens and the pad."""
+    known on the host already)."""
     device, batch = p_flat.device, p_len.numel()
     block = kernels.triton_block(device)
-    copy_tokens = input_ids is None
-    ids = torch.empty(total, dtype=torch.int64, device=device) if copy_tokens else input_ids
+    ids = torch.empty(total, dtype=torch.int64, device=device)
     positions = torch.empty(total, dtype=torch.int64, device=device)
     per_response = [torch.empty(n_responses, dtype=torch.int64, device=device) for _ in range(3)]
     p_off, r_off = _offsets(p_len), _offsets(r_len)
@@ -81,10 +78,9 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
         kernels.triton_launch(
             _KERNEL, device, (batch, triton.cdiv(longest, block)), ids, positions,
             *per_response, p_flat.contiguous(), p_off, r_flat.contiguous(), r_off, offsets,
-            COPY_TOKENS=copy_tokens, BLOCK=block)
+            BLOCK=block)
     real = offsets[-1:]  # the tail pad, from real on: its own segment
     tail = torch.arange(total, device=device) - real
     positions.copy_(torch.where(tail >= 0, tail, positions))
-    if copy_tokens:
-        ids.masked_fill_(tail >= 0, pad_token_id)
+    ids.masked_fill_(tail >= 0, pad_token_id)
     return ids, positions, *per_response
