@@ -86,16 +86,9 @@ def build_rl_batch(
     # start at response column r_start_i (right-aligned in "left", left-aligned in "two_segment")
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
     r_start = (max_response - r_len) if layout == "left" else torch.zeros_like(r_len)
-    if not written and _kernel_applies(device, per_token):  # CPU: one pass
-        out = rl_batch_kernel.write_rows(
-            p_flat, p_len, r_flat, r_len, start, r_start, width, max_response, pad_token_id,
-            {key: None if per_token[key] is None else per_token[key].flat
-             for key in _VALUE_KEYS}, ones="loss_mask")
-        return _batch(out, batch, max_response, layout, pad_token_id)
-    if not written and _triton_applies(device, per_token):  # CUDA: one pass, on the device
-        from batchproof.impl.kernels import triton_rl_batch
-
-        out = triton_rl_batch.write_rows(
+    kernel = None if written else _one_pass_kernel(device, per_token)
+    if kernel is not None:  # every output in one pass (CPU: Numba; CUDA: Triton)
+        out = kernel.write_rows(
             p_flat, p_len, r_flat, r_len, start, r_start, width, max_response, pad_token_id,
             {key: None if per_token[key] is None else per_token[key].flat
              for key in _VALUE_KEYS}, ones="loss_mask")
@@ -135,16 +128,19 @@ def _batch(out: dict, batch: int, max_response: int, layout: str, pad_token_id: 
 _VALUE_KEYS = ("loss_mask", "rewards", "rollout_logprobs")  # the order of the outputs
 
 
-def _kernel_applies(device, per_token: dict) -> bool:
-    """The compiled CPU kernel takes flat values only (scalar rewards go the torch way)."""
-    return (fast_paths(device) and kernels.available()
-            and all(v is None or v.scalars is None for v in per_token.values()))
+def _one_pass_kernel(device, per_token: dict):
+    """The module whose `write_rows` writes every output in one pass here — the compiled CPU
+    kernel on the CPU, the Triton kernels on CUDA — or None (the torch composition). Both take
+    flat values only: scalar rewards go the torch way."""
+    if any(v is not None and v.scalars is not None for v in per_token.values()):
+        return None
+    if fast_paths(device) and kernels.available():
+        return rl_batch_kernel
+    if kernels.triton_applies(device):
+        from batchproof.impl.kernels import triton_rl_batch
 
-
-def _triton_applies(device, per_token: dict) -> bool:
-    """The Triton kernels take flat values only (scalar rewards go the torch way)."""
-    return (kernels.triton_applies(device)
-            and all(v is None or v.scalars is None for v in per_token.values()))
+        return triton_rl_batch
+    return None
 
 
 def response_values(values, response_mask) -> list[torch.Tensor]:

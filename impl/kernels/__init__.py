@@ -11,6 +11,8 @@ intra-op pool, so `torch.set_num_threads` (one per pytest-xdist worker) governs 
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 
 import numpy as np
@@ -56,11 +58,13 @@ def triton_applies(device: torch.device) -> bool:
     (`TRITON_ON_CPU`, set by `batchproof.placements`' `triton` placement); triton installed."""
     global TRITON_ASKED
     TRITON_ASKED += 1
-    if not TRITON or device.type not in ("cuda", "cpu") or \
-            device.type == "cpu" and not TRITON_ON_CPU:
-        return False
-    import importlib.util
+    wanted = device.type == "cuda" or device.type == "cpu" and TRITON_ON_CPU
+    return TRITON and wanted and _triton_installed()
 
+
+@functools.cache
+def _triton_installed() -> bool:
+    """Looked up once: an op asks on every call, and a missing module is a search of sys.path."""
     return importlib.util.find_spec("triton") is not None
 
 
@@ -82,6 +86,12 @@ def triton_launch(kernel: tuple, device: torch.device, grid: tuple, *args, **met
         return
     with np.errstate(all="ignore"):
         interpreted[grid](*args, **meta)
+
+
+def device_offsets(lengths: torch.Tensor) -> torch.Tensor:
+    """[0, cumulative lengths...] of an int64 tensor, on its device (no host sync): what the
+    Triton kernels index."""
+    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
 
 
 def offsets(lengths: torch.Tensor) -> np.ndarray:

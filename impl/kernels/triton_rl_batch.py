@@ -31,7 +31,6 @@ try:
 except ImportError:  # the torch path runs instead
     triton = None
 
-ONE_BITS = 0x3F800000  # float32 1.0
 COPY, ONES, MASK = 1, 2, 3  # what a response tensor gets (a constexpr of the response kernel)
 
 
@@ -74,22 +73,13 @@ if triton is not None:  # the kernels (their annotations need triton.language)
         if MODE == 3:
             written = on.to(tl.int64)
         elif MODE == 2:
-            written = tl.where(on, 0x3F800000, 0)
+            written = tl.where(on, 0x3F800000, 0)  # float32 1.0
         else:
             written = tl.where(on, tl.load(flat_ptr + r0 + cols - a, mask=on, other=0), 0)
         tl.store(out_ptr + row * width + cols, written, mask=cols < width)
 
     _SEQUENCE_ROWS = triton.jit(_sequence_rows), InterpretedFunction(_sequence_rows)
     _RESPONSE_ROWS = triton.jit(_response_rows), InterpretedFunction(_response_rows)
-
-
-def available() -> bool:
-    return triton is not None
-
-
-def _offsets(lengths: torch.Tensor) -> torch.Tensor:
-    """[0, cumulative lengths...] (int64, on the lengths' device: no host sync)."""
-    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
 
 
 def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_response: int,
@@ -102,12 +92,12 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     out = {name: torch.empty((batch, width), dtype=torch.int64, device=device)
            for name in ("input_ids", "attention_mask", "position_ids")}
     out["response_mask"] = torch.empty((batch, max_response), dtype=torch.int64, device=device)
-    r_off = _offsets(r_len)
+    r_off = kernels.device_offsets(r_len)
     if width:
         kernels.triton_launch(
             _SEQUENCE_ROWS, device, (batch, triton.cdiv(width, block)), out["input_ids"],
             out["attention_mask"], out["position_ids"], p_flat.contiguous(),
-            _offsets(p_len), r_flat.contiguous(), r_off, start.contiguous(), width,
+            kernels.device_offsets(p_len), r_flat.contiguous(), r_off, start.contiguous(), width,
             pad_token_id, BLOCK=block)
     tensors = [(out["response_mask"], out["response_mask"], MASK)]
     for name, flat in values.items():

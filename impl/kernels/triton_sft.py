@@ -65,10 +65,6 @@ if triton is not None:  # the kernel (its annotations need triton.language)
     _KERNEL = triton.jit(_rows), InterpretedFunction(_rows)
 
 
-def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
-    return torch.cumsum(counts, 0) - counts
-
-
 def write_rows(ids_flat, loss_flat, scale, row_first, offset, lengths, targets, n_rows: int,
                width: int, pad_token_id: int) -> tuple[torch.Tensor, ...]:
     """input_ids, attention_mask, position_ids (n_rows * width,) and loss_mask
@@ -80,9 +76,10 @@ def write_rows(ids_flat, loss_flat, scale, row_first, offset, lengths, targets, 
     block = kernels.triton_block(device)
     out = [torch.empty(n_rows * width, dtype=torch.int64, device=device) for _ in range(3)]
     out.append(torch.empty(n_rows * (width - 1), dtype=torch.float32, device=device))
+    ids_first, loss_first = (kernels.device_offsets(t)[:-1] for t in (lengths, targets))
     kernels.triton_launch(  # (n_rows >= 1 and width >= 1: every example has a token)
         _KERNEL, device, (n_rows, triton.cdiv(width, block)), *out, ids_flat.contiguous(),
-        _exclusive_cumsum(lengths), loss_flat.contiguous(), _exclusive_cumsum(targets),
-        row_first.contiguous(), offset.contiguous(), lengths.contiguous(), targets.contiguous(),
-        scale.reshape(1), width, pad_token_id, BLOCK=block)
+        ids_first, loss_flat.contiguous(), loss_first, row_first.contiguous(),
+        offset.contiguous(), lengths.contiguous(), targets.contiguous(), scale.reshape(1), width,
+        pad_token_id, BLOCK=block)
     return tuple(out)

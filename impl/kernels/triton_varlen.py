@@ -52,15 +52,6 @@ if triton is not None:  # the kernel (its annotations need triton.language)
     _KERNEL = triton.jit(_samples), InterpretedFunction(_samples)
 
 
-def available() -> bool:
-    return triton is not None
-
-
-def _offsets(lengths: torch.Tensor) -> torch.Tensor:
-    """[0, cumulative lengths...] (int64, on the lengths' device: no host sync)."""
-    return torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
-
-
 def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
                   longest: int, n_responses: int):
     """input_ids, position_ids (total,) and target_index, predict_index, sample_index (one per
@@ -72,8 +63,8 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
     ids = torch.empty(total, dtype=torch.int64, device=device)
     positions = torch.empty(total, dtype=torch.int64, device=device)
     per_response = [torch.empty(n_responses, dtype=torch.int64, device=device) for _ in range(3)]
-    p_off, r_off = _offsets(p_len), _offsets(r_len)
-    offsets = _offsets(p_len + r_len)
+    p_off, r_off = kernels.device_offsets(p_len), kernels.device_offsets(r_len)
+    offsets = kernels.device_offsets(p_len + r_len)
     if longest:
         kernels.triton_launch(
             _KERNEL, device, (batch, triton.cdiv(longest, block)), ids, positions,
