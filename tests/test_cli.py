@@ -10,8 +10,6 @@ import sys
 import textwrap
 
 import pytest
-import torch
-from hypothesis import settings
 from hypothesis import strategies as st
 
 from batchproof import mutmut_driver, registry
@@ -44,13 +42,9 @@ THEIRS = textwrap.dedent('''\
 
 
 @pytest.fixture(autouse=True)
-def _restore_global_state(monkeypatch):
-    """The CLI runs in this process: give back the profile, thread count and sys.path."""
-    profile, threads = settings._current_profile, torch.get_num_threads()
-    monkeypatch.setattr(sys, "path", list(sys.path))
+def _restore_global_state(cli_state):
+    """The CLI runs in this process (conftest.cli_state); its imports of `theirs` go too."""
     yield
-    settings.load_profile(profile)
-    torch.set_num_threads(threads)
     sys.modules.pop("theirs", None)
 
 

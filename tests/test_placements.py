@@ -5,11 +5,9 @@ in one path fails that placement's row and no other."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
-from hypothesis import settings
 
 from batchproof import placements
 from batchproof.cli import main
@@ -17,15 +15,7 @@ from batchproof.impl import _cpu, kernels
 from batchproof.impl import rl_batch as rl_impl
 from batchproof.impl.kernels import rl_batch as rl_kernel
 
-
-@pytest.fixture(autouse=True)
-def _restore_global_state(monkeypatch):
-    """The CLI runs in this process: give back the profile and the thread count."""
-    profile, threads = settings._current_profile, torch.get_num_threads()
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    yield
-    settings.load_profile(profile)
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("cli_state")  # the CLI runs in this process
 
 
 def _last_element_off_by_one(function):

@@ -38,8 +38,9 @@ def rl_batch_cases(
     kinds of `REWARD_KINDS` to draw from. `loss_masks`, `logprobs`, `max_seq_len`: None draws
     whether to pass it, True always passes it, False never. `value_dtypes`: when given, each
     per-token argument may come as 1-D tensors of one of these dtypes instead of lists (the
-    registry draws float16, bfloat16, float32, float64). The defaults (but `value_dtypes`) are
-    what the registry draws (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
+    placement tests draw all four float dtypes so; the registry keeps lists and narrows the
+    values in a lossy input form instead). The other defaults are what the registry draws
+    (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
     pairs = draw(pairs if pairs is not None else hs.length_pairs())
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
     prompts = draw(hs.token_rows(p_lens))

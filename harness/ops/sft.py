@@ -121,15 +121,12 @@ ATTENTION_KINDS = ("absent", "ones", "zeros")
 def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
                  packed: bool = False, max_len: int = hs.MAX_LEN,
                  loss_kinds: Sequence[str] | None = None,
-                 attention_kinds: Sequence[str] | None = None,
-                 loss_dtypes: Sequence[torch.dtype] = ()) -> list[dict]:
+                 attention_kinds: Sequence[str] | None = None) -> list[dict]:
     """Examples: lengths (>= 1, at most `max_len`; uniform, equal, heavy-tailed), num_actions
     (s and 1 favoured), which masks are given; then token ids (pad-id collisions), loss masks
     (0/1 with interior zeros, bools or float weights), attention masks (interior zeros only if
     not packed). `loss_kinds` (of `LOSS_KINDS`) and `attention_kinds` (of `ATTENTION_KINDS`)
-    narrow the choice. `loss_dtypes`: when given, the loss masks may come as 1-D tensors of one
-    of these dtypes (the registry draws float16, bfloat16, float32, float64); the other defaults
-    are what the registry draws."""
+    narrow the choice; the defaults are what the registry draws."""
     n = draw(st.integers(min_size, max_size))
     lengths = draw(_LENGTHS[n] if max_len == hs.MAX_LEN else hs.lengths(n, min_len=1,
                                                                           max_len=max_len))
@@ -148,10 +145,6 @@ def sft_examples(draw, *, min_size: int = 1, max_size: int = MAX_EXAMPLES,
         elif kind == "zeros":  # 0/1 as ints, bools or floats (compared by value)
             example["attention_mask"] = list(map(draw(_MASK_TYPE), draw(_BINARY[s])))
         examples.append(example)
-    if loss_dtypes and draw(st.booleans()):
-        dtype = draw(st.sampled_from(loss_dtypes))
-        for example in examples:
-            example["loss_mask"] = torch.tensor(example["loss_mask"], dtype=dtype)
     return examples
 
 
