@@ -8,7 +8,8 @@
                      [--reproduce BLOB] [--json FILE]
     batchproof show --op NAME
     batchproof list [ops|records|checks|adapters|profiles]
-    batchproof mutate --zoo [--op NAME ...] [--jobs N] [--without CHECK ...] [--json FILE]
+    batchproof mutate --zoo [--op NAME ...] [--seeds N] [--search-only] [--jobs N]
+                      [--without CHECK ...] [--json FILE]
     batchproof mutate --mutmut [--op NAME ...] [--since GIT_REV]   (in a clone of the repository)
     batchproof bench [--op NAME ...] [--device cpu|cuda] [--quick] [--json FILE]
     batchproof fuzz [--op NAME ...] [--check NAME ...] [-n WORKERS] [--profile nightly|dev]
@@ -622,7 +623,7 @@ def mutate(args: argparse.Namespace) -> int:
     with _progress() as progress:
         task = progress.add_task("bug zoo", total=len(entries))
         results = kill_matrix(entries, profile=args.profile, jobs=args.jobs,
-                              disabled=args.without,
+                              disabled=args.without, search_only=args.search_only,
                               progress=lambda r: progress.advance(task))
     table = Table(title=f"bug zoo kill matrix — profile={args.profile}")
     for column in ("entry", "op.function", "result", "killed by (* = declared killer)", "time"):
@@ -667,10 +668,13 @@ def zoo_detection(args: argparse.Namespace, entries) -> int:
     with _progress() as progress:
         task = progress.add_task("bug zoo x seeds", total=len(entries) * args.seeds)
         results = detection(entries, seeds=args.seeds, jobs=args.jobs, disabled=args.without,
+                            search_only=args.search_only,
                             progress=lambda r: progress.advance(task))
-    table = Table(title=f"bug zoo detection — {args.seeds} seeds of profile={DETECTION_PROFILE}: "
+    table = Table(title=f"bug zoo detection — {args.seeds} seeds of profile={DETECTION_PROFILE}"
+                        f"{', without the pins' if args.search_only else ''}: "
                         "the fraction of runs that kill each entry")
-    for column in ("entry", "killed", "weakest declared killer", "killers (fraction of runs)"):
+    for column in ("entry", "killed", "weakest declared killer", "declared killers",
+                   "other checks, in runs the declared missed"):
         table.add_column(column)
     low = []
     for found in results:
@@ -679,10 +683,9 @@ def zoo_detection(args: argparse.Namespace, entries) -> int:
         if found.rate < DETECTION_TARGET:
             low.append(found)
             rate = f"[red]{rate}[/red]"
-        killers = ", ".join(f"{_short(k, found)} {n / found.seeds:.2f}"
-                            for k, n in found.by_check.items() if n)
         table.add_row(found.entry, rate,
-                      f"{_short(weak[0], found)} {weak[1]:.2f}" if weak else "-", killers or "-")
+                      f"{_short(weak[0], found)} {weak[1]:.2f}" if weak else "-",
+                      *_detection_killers(found))
     console.print(table)
     console.print(f"{len(results) - len(low)}/{len(results)} entries killed in >= "
                   f"{DETECTION_TARGET:.0%} of {args.seeds} seeded runs, in "
@@ -692,7 +695,7 @@ def zoo_detection(args: argparse.Namespace, entries) -> int:
         with open(args.json, "w") as handle:
             json.dump([asdict(f) for f in results], handle, indent=2)
     if args.markdown:
-        _write_detection_markdown(args.markdown, results, args.seeds)
+        _write_detection_markdown(args.markdown, results, args.seeds, args.search_only)
     return OK if not low else DIVERGENCE
 
 
@@ -704,18 +707,27 @@ def _short(key: str, found) -> str:
     return key.split("/", 1)[1] if key.startswith(record + "/") else key
 
 
-def _write_detection_markdown(path, results, seeds: int) -> None:
+def _detection_killers(found) -> tuple[str, str]:
+    """The declared killers with the fraction of runs each killed in, sorted by it; the other
+    checks that killed, with their count of runs (only runs the declared killers all missed)."""
+    declared = sorted(found.declared, key=lambda k: (-found.check_rate(k), k))
+    return (", ".join(f"{_short(k, found)} {found.check_rate(k):.2f}" for k in declared) or "-",
+            ", ".join(f"{_short(k, found)} {n}" for k, n in found.rescuers().items()) or "-")
+
+
+def _write_detection_markdown(path, results, seeds: int, search_only: bool = False) -> None:
     from batchproof.mutate import DETECTION_PROFILE, weakest
 
-    lines = [f"| entry | runs that kill it (of {seeds}, `{DETECTION_PROFILE}`) | weakest declared "
-             "killer | every killer: fraction of runs |", "|---|---|---|---|"]
+    how = f"`{DETECTION_PROFILE}`{', no pins' if search_only else ''}"
+    lines = [f"| entry | runs that kill it (of {seeds}, {how}) | weakest declared "
+             "killer | declared killers: fraction of runs | other checks: runs, of those the "
+             "declared missed |", "|---|---|---|---|---|"]
     for found in results:
         weak = weakest(found)
-        killers = ", ".join(f"{_short(k, found)} {n / seeds:.2f}"
-                            for k, n in found.by_check.items() if n)
+        declared, others = _detection_killers(found)
         lines.append(f"| `{found.entry}` | {found.killed}/{seeds} | "
                      f"{f'{_short(weak[0], found)} {weak[1]:.2f}' if weak else '-'} | "
-                     f"{killers or '-'} |")
+                     f"{declared} | {others} |")
     with open(path, "w") as handle:
         handle.write("\n".join(lines) + "\n")
 
@@ -1068,6 +1080,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
     p.add_argument("--without", action="append", default=[],
                    help="disable a check (record/check), to see what it alone kills")
+    p.add_argument("--search-only", action="store_true",
+                   help="--zoo: without the pins (pin: checks and the @examples of each search): "
+                        "what the random search alone kills, as on a bug no pin was written for")
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
     p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
                                       "mutmut: the score per file and every equivalent with its "

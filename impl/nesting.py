@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from tensordict import TensorDict
@@ -66,17 +67,30 @@ class _Runs:
         totals = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
         return totals.index_add_(0, self.rows, self.lengths)
 
+    @cached_property
+    def total(self) -> int:
+        """Ones in the mask (a host sync on CUDA, asked once)."""
+        return int(self.lengths.sum())
+
+    @cached_property
     def tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(rows, cols) of every one, row-major: the positions a jagged row holds.
+        """(rows, cols) of every one, row-major: the positions a jagged row holds; computed on
+        first use (the Triton copy of a CUDA field needs only the runs).
 
         Token k of run q sits at column starts[q] + (k - first[q]), first[q] = tokens before q.
         """
-        total = int(self.lengths.sum())
+        total = self.total
         first = torch.cumsum(self.lengths, 0) - self.lengths
         cols = torch.repeat_interleave(self.starts - first, self.lengths, output_size=total)
         cols += torch.arange(total, device=self.device)
         rows = torch.repeat_interleave(self.rows, self.lengths, output_size=total)
         return rows, cols
+
+    @cached_property
+    def flat(self) -> torch.Tensor:
+        """(nnz,) int64: the index of every one in the mask viewed as (B * W,)."""
+        rows, cols = self.tokens
+        return rows * self.width + cols
 
     def split(self, at: int, left: bool) -> _Runs:
         """The runs of mask[:, :at] (left) or of mask[:, at:] (right), from these runs."""
@@ -178,16 +192,13 @@ def nest_by_mask(td, *, pad_token_id=None, rules=None, strict=False, ignore_dens
     for name, info in plan.masks.items():
         if info.derived:
             runs[name] = runs[ATTENTION_MASK].split(plan.prompt_width, name == PROMPT_MASK)
-    positions = {name: runs[name].tokens() for name in runs}
-    flat = {name: rows * runs[name].width + cols for name, (rows, cols) in positions.items()}
     token_offsets = {name: _exclusive_cumsum(runs[name].row_totals()) for name in runs}
 
     out = TensorDict({}, batch_size=td.batch_size, device=td.device)
     for key in td.keys():
         if key in plan.fields:
             rule = plan.fields[key]
-            values = _gather(td.get(key), rule, positions[rule.mask], flat[rule.mask],
-                             runs[rule.mask])
+            values = _gather(td.get(key), rule, runs[rule.mask])
             out.set(key, torch.nested.nested_tensor_from_jagged(
                 values, offsets=token_offsets[rule.mask]))
         elif key in plan.masks:
@@ -206,20 +217,19 @@ def nest_by_mask(td, *, pad_token_id=None, rules=None, strict=False, ignore_dens
     return out
 
 
-def _gather(value: torch.Tensor, rule, positions, flat: torch.Tensor,
-            runs: _Runs) -> torch.Tensor:
+def _gather(value: torch.Tensor, rule, runs: _Runs) -> torch.Tensor:
     """The real elements (nnz, *trailing) of a field, reading nothing else."""
     if rule.permute is not None:
-        return value.permute(*rule.permute)[positions]
+        return value.permute(*rule.permute)[runs.tokens]
     batch, width, *trailing = value.shape
     if value.is_contiguous() and kernels.triton_applies(value.device):  # CUDA: the runs' copy
-        out = value.new_empty((flat.numel(), *trailing))
+        out = value.new_empty((runs.total, *trailing))
         _copy_runs(value, out, runs, math.prod(trailing), to_dense=False)
         return out
     if value.is_contiguous():
-        rows = value.view(batch * width, math.prod(trailing)).index_select(0, flat)
-        return rows.view(flat.numel(), *trailing)
-    return value[positions]
+        rows = value.view(batch * width, math.prod(trailing)).index_select(0, runs.flat)
+        return rows.view(runs.total, *trailing)
+    return value[runs.tokens]
 
 
 def _copy_runs(dense: torch.Tensor, values: torch.Tensor, runs: _Runs, inner: int, *,
@@ -253,19 +263,17 @@ def unnest_by_mask(td):
     stash = _spec.stash_of(td)
     runs = {name: _runs_from_encoding(td, name, info["width"])
             for name, info in stash["masks"].items()}
-    positions = {name: r.tokens() for name, r in runs.items()}
-    flat = {name: rows * runs[name].width + cols for name, (rows, cols) in positions.items()}
     dropped = set(stash["added"]) | {STASH} | {k for m in stash["masks"] for k in rle_keys(m)}
     out = TensorDict({}, batch_size=td.batch_size, device=td.device)
     for key in stash["order"]:
         if key in stash["fields"]:
             if key in td.keys():  # a field removed after nesting stays removed
-                out.set(key, _unnest_field(td, key, stash["fields"][key], runs, flat))
+                out.set(key, _unnest_field(td, key, stash["fields"][key], runs))
         elif key in stash["masks"]:
             info = stash["masks"][key]
             mask = torch.zeros(td.batch_size[0], info["width"], dtype=info["dtype"],
                                device=runs[key].device)
-            mask.view(-1).index_fill_(0, flat[key], 1)
+            mask.view(-1).index_fill_(0, runs[key].flat, 1)
             out.set(key, mask)
         elif key in td.keys():
             out.set(key, td.get(key))
@@ -275,20 +283,20 @@ def unnest_by_mask(td):
     return out
 
 
-def _unnest_field(td, key: str, rule: dict, runs, flat) -> torch.Tensor:
+def _unnest_field(td, key: str, rule: dict, runs) -> torch.Tensor:
     value = _jagged_field(td, key)
     mask_runs = runs[rule["mask"]]
     _check_row_lengths(value, mask_runs, key, rule["mask"])
     trailing = tuple(value.shape[2:])
     dense = torch.full((mask_runs.batch, mask_runs.width, *trailing), rule["pad"],
                        dtype=value.dtype, device=value.device)
-    index, inner = flat[rule["mask"]], math.prod(trailing)
+    inner = math.prod(trailing)
     values = _row_values(value)
     if kernels.triton_applies(value.device):  # CUDA: the runs' copy
         _copy_runs(dense, values.contiguous(), mask_runs, inner, to_dense=True)
     else:
         dense.view(mask_runs.batch * mask_runs.width, inner).index_copy_(
-            0, index, values.reshape(index.numel(), inner))
+            0, mask_runs.flat, values.reshape(mask_runs.total, inner))
     if rule["permute"] is not None:
         dense = dense.permute(*rule["permute"]).contiguous()
     return dense
@@ -432,7 +440,7 @@ def pad_to_response_width(td, *fields):
         runs = _runs_from_encoding(td, rule["mask"], stash["masks"][rule["mask"]]["width"])
         value = _jagged_field(td, name)
         _check_row_lengths(value, runs, name)
-        rows, cols = runs.tokens()
+        rows, cols = runs.tokens
         beyond = cols >= response_width
         if bool(beyond.any()):
             first = int(beyond.nonzero()[0, 0])

@@ -69,6 +69,34 @@ def test_detection_counts_the_seeded_runs_that_kill() -> None:
     assert (blind.killed, blind.rate) == (0, 0.0)
 
 
+def test_detection_asks_the_other_checks_only_when_the_declared_killers_miss() -> None:
+    """A run that a declared killer kills runs nothing else; with the declared killers disabled
+    the op's other checks run, and what kills the entry then is reported as a rescuer."""
+    entry = get("trainer.mini_batch_ignores_n")
+    (found,) = detection([entry], seeds=1, jobs=1)
+    assert found.killed == 1 and found.rescuers() == {}
+    assert set(found.by_check) == set(found.declared)
+    (rescued,) = detection([entry], seeds=1, jobs=1, disabled=found.declared)
+    assert rescued.killed == 1 and rescued.rescuers()
+    assert not set(rescued.rescuers()) & set(found.declared)
+
+
+def test_detection_without_the_pins_runs_only_the_search() -> None:
+    """--search-only: no `pin:` check runs and no pinned `@example` either; an entry whose
+    declared killers are pins is then left to the op's other checks."""
+    entry = get("trainer.mini_batch_ignores_n")
+    assert any(c.startswith("pin:") for _, c in entry.killer_checks())
+    (found,) = detection([entry], seeds=1, jobs=1, search_only=True)
+    assert found.declared and not any("/pin:" in k for k in found.declared)
+    assert found.by_check and not any("/pin:" in k for k in found.by_check)
+    # the explicit phase is off too: a planted bug that only a pinned @example reaches survives
+    pinned_only = run_entry(entry, [("trainer.required_multiple", "equivalence")],
+                            profile="mutation", search_only=True)
+    assert pinned_only.killed_by == {"trainer.required_multiple/equivalence": False}
+    assert run_entry(entry, [("trainer.required_multiple", "equivalence")],
+                     profile="mutation").killed
+
+
 def test_detection_cli_fails_below_the_target(capsys) -> None:
     argv = ["mutate", "--zoo", "--seeds", "1", "--op", "trainer.required_multiple", "--jobs", "1"]
     assert main(argv) == 0

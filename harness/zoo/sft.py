@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import partial
 
 import torch
 
@@ -114,49 +115,16 @@ def _ffd_variant(lengths, capacity, *, min_bins=1, bin_multiple=1, ties="larger"
     return bins
 
 
-def _ffd_ties_ascending(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        ties="smaller")
-
-
-def _ffd_no_adjustment(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        adjust="none")
-
-
-def _ffd_empty_bins(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        adjust="empty")
-
-
-def _ffd_copies(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        adjust="copy")
-
-
-def _ffd_off_by_one(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        slack=1)
-
-
-def _ffd_split_heaviest(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        donor="tokens")
-
-
-def _ffd_move_first_item(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        take="first")
-
-
-def _ffd_round_robin(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        drain=False)
-
-
-def _ffd_capacity_exclusive(lengths, capacity, *, min_bins=1, bin_multiple=1):
-    return _ffd_variant(lengths, capacity, min_bins=min_bins, bin_multiple=bin_multiple,
-                        slack=-1)
+# each the reference algorithm with one knob turned
+_ffd_ties_ascending = partial(_ffd_variant, ties="smaller")
+_ffd_no_adjustment = partial(_ffd_variant, adjust="none")
+_ffd_empty_bins = partial(_ffd_variant, adjust="empty")
+_ffd_copies = partial(_ffd_variant, adjust="copy")
+_ffd_off_by_one = partial(_ffd_variant, slack=1)
+_ffd_split_heaviest = partial(_ffd_variant, donor="tokens")
+_ffd_move_first_item = partial(_ffd_variant, take="first")
+_ffd_round_robin = partial(_ffd_variant, drain=False)
+_ffd_capacity_exclusive = partial(_ffd_variant, slack=-1)
 
 
 _calls = itertools.count()
