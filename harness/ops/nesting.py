@@ -299,9 +299,24 @@ def nest_quietly(td: TensorDict, **kwargs) -> TensorDict:
 
 
 @st.composite
-def nested_batches(draw, *, orphans: bool = True) -> TensorDict:
-    td, pad = draw(verl_batches(orphans=orphans))
+def nested_batches(draw, *, orphans: bool = True,
+                   pairs: st.SearchStrategy[list[tuple[int, int]]] | None = None) -> TensorDict:
+    td, pad = draw(verl_batches(orphans=orphans, pairs=pairs))
     return nest_quietly(td, **draw(nest_kwargs(td, pad)))
+
+
+def _pairs(min_rows: int = 1, max_rows: int = hs.MAX_ROWS) -> st.SearchStrategy:
+    """`verl_batches`' default length pairs (up to 6 prompt and 8 response tokens)."""
+    return hs.length_pairs(min_rows=min_rows, max_rows=max_rows, max_prompt=6, max_response=8)
+
+
+@st.composite
+def pairs_with_empty_row(draw) -> list[tuple[int, int]]:
+    """Length pairs with an empty row (p = r = 0: no run in attention_mask's RLE) inserted before
+    another row, so a row without runs sits between rows with runs."""
+    pairs = draw(_pairs(max_rows=hs.MAX_ROWS - 1))
+    at = draw(st.integers(0, len(pairs) - 1))
+    return [*pairs[:at], (0, 0), *pairs[at:]]
 
 
 @st.composite
@@ -317,11 +332,24 @@ def row_slices(draw, td: TensorDictBase) -> TensorDictBase:
 
 @st.composite
 def unnest_cases(draw) -> Case:
-    return Case((draw(row_slices(draw(nested_batches()))),))
+    """A nested batch or a slice of it. In the first regime (Hypothesis draws the first of
+    `sampled_from`'s choices most often) the batch has an empty row (no run in its RLE) before
+    another row; otherwise empty rows come only from `hs.length_pairs`' shapes, by chance."""
+    shape = draw(st.sampled_from(["empty_row", "any"]))
+    pairs = pairs_with_empty_row() if shape == "empty_row" else None
+    return Case((draw(row_slices(draw(nested_batches(pairs=pairs)))),))
 
 
 @st.composite
 def chunk_cases(draw) -> Case:
+    """A nested batch and n: first (Hypothesis draws the first of `sampled_from`'s choices most
+    often) an uneven split of 4-6 rows, 1 < n < B with B % n != 0, where torch.chunk's
+    ceil(B / n) pieces can differ from balanced ones (4 in 3: [2, 2], not [2, 1, 1]); else any
+    batch and any n in 1..B + 2."""
+    if draw(st.sampled_from(["uneven", "any"])) == "uneven":
+        nested = draw(nested_batches(pairs=_pairs(min_rows=4)))
+        batch = nested.batch_size[0]
+        return Case((nested, draw(st.sampled_from([n for n in range(2, batch) if batch % n]))))
     nested = draw(nested_batches())
     return Case((nested, draw(st.integers(1, nested.batch_size[0] + 2))))
 

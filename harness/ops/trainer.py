@@ -36,16 +36,30 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 # --------------------------------------------------------------------------- required_multiple
 
 
+MINI_SIZES = st.one_of(st.integers(1, 16), st.sampled_from([15, 16, 12, 6]))
+"""Mini-batch sizes 1-16; a third of them (Hypothesis' integers favour 1 and 2, which divide
+almost anything) from sizes with factors dp 1-8 rarely has."""
+
+
 @st.composite
 def required_multiple_cases(draw) -> Case:
+    """dp 1-8 and a regime: a critic-only step (`actor_updates=False` with an actor mini-batch
+    size, which must not count), an actor step (a mini-batch size and n >= 2 samples per prompt,
+    which it must count), or each keyword present or not. The regimes that need a keyword come
+    first: Hypothesis draws the first of `sampled_from`'s choices most often."""
     kwargs = {}
+    regime = draw(st.sampled_from(["critic_only", "actor", "any"]))
     for name in ("mini_batch_size", "critic_mini_batch_size"):
-        if draw(st.booleans()):
-            kwargs[name] = draw(st.integers(1, 16))
-    if draw(st.booleans()):
+        if (regime != "any" and name == "mini_batch_size") or draw(st.booleans()):
+            kwargs[name] = draw(MINI_SIZES)
+    if regime == "actor":
+        kwargs["n"] = draw(st.integers(2, 8))
+    elif draw(st.booleans()):
         kwargs["n"] = draw(st.integers(1, 8))
-    if draw(st.booleans()):
-        kwargs["actor_updates"] = draw(st.booleans())
+    if regime == "critic_only":
+        kwargs["actor_updates"] = False
+    elif draw(st.booleans()):
+        kwargs["actor_updates"] = draw(st.booleans()) or regime == "actor"
     return Case((draw(st.integers(1, 8)),), kwargs)
 
 
@@ -119,18 +133,20 @@ MULTIPLE_PINS = [
 
 
 @st.composite
-def trainer_batches(draw) -> TensorDict:
+def trainer_batches(draw, layouts: tuple[str, ...] = ("left", "two_segment"),
+                    prompt_room: int = 1) -> TensorDict:
     """An `rl_batch` batch in either layout with the fields trainers add: per-sample floats,
     per-token advantages, integer uids, sometimes 3-D (multi-axis RoPE) position ids and an
-    existing `is_padding`.
+    existing `is_padding`. The first row has a prompt of at least `prompt_room` tokens and a
+    response (room for a padding sample of `2 * prompt_room - 1` tokens in both layouts).
 
     Structure is drawn by Hypothesis; contents (token ids, floats: these ops copy them, never
     read them) come from one drawn seed, which keeps an example at a few milliseconds.
     """
-    layout = draw(st.sampled_from(["left", "two_segment"]))
+    layout = draw(st.sampled_from(layouts))
     pairs = draw(hs.length_pairs(max_rows=MAX_ROWS, max_prompt=MAX_PART, max_response=MAX_PART))
     p0, r0 = pairs[0]
-    pairs[0] = (max(p0, 1), max(r0, 1))  # room for a minimal padding sample in both layouts
+    pairs[0] = (max(p0, prompt_room), max(r0, 1))  # room for a padding sample, both layouts
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
     gen = draw(hs.generators())
     kwargs = {"pad_token_id": draw(st.sampled_from([0, 1, 49])), "layout": layout}
@@ -207,16 +223,32 @@ def fitting_min_lengths(td: TensorDict, layout: str) -> list[int]:
 @st.composite
 def pad_to_multiple_cases(draw) -> Case:
     """A batch, a multiple around its size, a fitting min_length; layout and pad id from the
-    batch's own entries or given explicitly."""
-    td = draw(trainer_batches())
+    batch's own entries or given explicitly.
+
+    Hypothesis draws the first of `sampled_from`'s (and `one_of`'s) choices most often, so the
+    regime that exercises the padding sample comes first: an "odd split" (two_segment, a prompt
+    of 2+ tokens in the first row, an odd min_length and a multiple B does not divide: a padding
+    row whose extra token, the prompt's, shows where it goes). Otherwise either layout, a
+    multiple that divides B (no padding: the input comes back) first, else 2-8 or around B, and
+    min_length odd, any fitting one, or absent.
+    """
+    odd_split = draw(st.sampled_from(["odd_split", "any"])) == "odd_split"
+    td = draw(trainer_batches(layouts=("two_segment",), prompt_room=2) if odd_split
+              else trainer_batches())
     batch = td.batch_size[0]
     layout = td.get_non_tensor("layout")
     around = [batch + 1, 2 * batch, batch + 2, max(batch - 1, 1)]  # sizes around multiples
-    multiple = draw(st.one_of(st.integers(2, 8), st.sampled_from(around),
-                              st.sampled_from(around), st.sampled_from([batch, 1])))
+    multiple = draw(st.sampled_from([batch + 1, batch + 2, 2 * batch + 1]) if odd_split else
+                    st.one_of(st.sampled_from([batch, 1]), st.integers(2, 8),
+                              st.sampled_from(around), st.sampled_from(around)))
     kwargs = {"eos_token_id": draw(st.sampled_from([2, 0, 49, 7]))}
-    if draw(st.booleans()):
-        kwargs["min_length"] = draw(st.sampled_from(fitting_min_lengths(td, layout)[:4]))
+    fitting = fitting_min_lengths(td, layout)[:4]
+    odd = [length for length in fitting if length % 2]
+    min_length = "odd" if odd_split else draw(st.sampled_from(["odd", "any", "default"]))
+    if min_length == "odd" and odd:
+        kwargs["min_length"] = draw(st.sampled_from(odd))
+    elif min_length != "default":
+        kwargs["min_length"] = draw(st.sampled_from(fitting))
     if draw(st.booleans()):  # the caller passes what the batch does not carry
         kwargs["layout"] = layout
         kwargs["pad_token_id"] = td.get_non_tensor("pad_token_id")
