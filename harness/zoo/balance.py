@@ -385,15 +385,16 @@ ENTRIES = [
            ("property:descending", "pin:spec_example_1_to_8"), _ascending_sets, oracle=True),
     _entry("oracle_partitions_by_first_index", "balanced_partitions",
            "spec choice: partitions ordered by their smallest index instead of karmarkar_karp's "
-           "descending set order", ("pin:greedy_empty_on_zeros",),
+           "descending set order", ("pin:greedy_empty_on_zeros", "property:descending"),
            _partitions_by_first_index, oracle=True),
     _entry("oracle_balanced_by_sample_count", "micro_batches",
            "spec choice: the balanced attempt evens out the number of samples per micro-batch "
-           "instead of their tokens", ("pin:balanced_beats_first_fit",),
+           "instead of their tokens", ("pin:balanced_beats_first_fit", "property:composition"),
            _balanced_by_sample_count, oracle=True),
     _entry("oracle_first_fit_only", "micro_batches",
            "spec choice: first-fit-decreasing bins always, no balanced attempt at the fewest "
-           "count", ("pin:balanced_beats_first_fit",), _first_fit_only, oracle=True),
+           "count", ("pin:balanced_beats_first_fit", "property:composition"), _first_fit_only,
+           oracle=True),
     _entry("oracle_split_heaviest_bin", "micro_batches",
            "spec choice: when min_count / count_multiple raise the count, the bin holding the "
            "most tokens is split instead of the one holding the most items",
@@ -401,8 +402,8 @@ ENTRIES = [
     _entry("oracle_micro_batches_by_first_index", "micro_batches",
            "spec choice: micro-batches sorted by their first sample instead of the order "
            "balanced_partitions / ffd_bins produced them",
-           ("pin:verl_budget_only_count", "pin:balanced_beats_first_fit"),
-           _micro_batches_by_first_index, oracle=True),
+           ("pin:verl_budget_only_count", "pin:balanced_beats_first_fit",
+            "property:composition"), _micro_batches_by_first_index, oracle=True),
     _entry("oracle_budget_exclusive", "micro_batches",
            "spec choice: max_tokens as an exclusive bound (< instead of <=): a micro-batch of "
            "exactly max_tokens tokens is not allowed", ("pin:balanced_beats_first_fit",),
