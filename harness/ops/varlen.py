@@ -150,8 +150,8 @@ PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_
 @st.composite
 def bad_pack_cases(draw) -> BadCase:
     """Invalid `pack_varlen` calls, one defect each, with the exception type the spec requires."""
-    prompts, responses = draw(samples())
-    kind = draw(st.sampled_from(PACK_DEFECTS))
+    kind = draw(st.sampled_from(PACK_DEFECTS))  # first: drawn after the samples, Hypothesis
+    prompts, responses = draw(samples())          # favours the first kind
     k = draw(st.integers(0, len(prompts) - 1))
     if kind == "pad_token_type":
         value = draw(st.sampled_from([0.0, "0", None, True]))
@@ -412,11 +412,12 @@ def unpack_cases(draw) -> Case:
 
 @st.composite
 def bad_unpack_cases(draw) -> BadCase:
+    # the defect before the valid call: drawn after it, Hypothesis favours the first kind
+    kind = draw(st.sampled_from(["not_tensor", "int_values", "wrong_size", "narrow", "width_type",
+                                 "not_packed", "missing_key"]))
     good = draw(unpack_cases())
     values, packed = good.args
     count = packed["predict_index"].shape[0]
-    kind = draw(st.sampled_from(["not_tensor", "int_values", "wrong_size", "narrow", "width_type",
-                                 "not_packed", "missing_key"]))
     if kind == "not_tensor":
         return BadCase(Case((values.tolist(), packed)), TypeError, "flat_logprobs is a list")
     if kind == "int_values":
@@ -746,12 +747,12 @@ LOGPROB_DEFECTS = ["empty_prompt", "token_too_large", "negative_token", "over_bu
 
 @st.composite
 def bad_logprob_cases(draw) -> BadCase:
+    kind = draw(st.sampled_from(LOGPROB_DEFECTS))  # first: Hypothesis favours the first kind
     model = draw(st.sampled_from(MODEL_SPECS))
     prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
                                       vocab=VOCAB))
     prompts, responses = [list(p) for p in prompts], [list(r) for r in responses]
     k = draw(st.integers(0, len(prompts) - 1))
-    kind = draw(st.sampled_from(LOGPROB_DEFECTS))
     if kind == "empty_prompt":
         prompts[k], responses[k] = [], responses[k] or [5]
         return _bad((prompts, responses), {}, ValueError, f"p == 0 < r in sample {k}", model)
