@@ -757,3 +757,43 @@ def test_pack_sft_triton_kernel_equals_the_reference(case, form: str) -> None:
         patch.setattr(impl, "_packed_rows", _no_fallback)
         actual = impl.pack_sft(examples, **case.kwargs)
     assert_identical(expected, actual)
+
+
+def _inexact_totals(values: list[float]) -> dict[str, object]:
+    """The totals the magnitude zoo entries take: a float32 sum, a float64 sum in order, and
+    math.fsum alone (which raises on opposite infinities)."""
+    import math
+    f32 = torch.tensor(values, dtype=torch.float32)
+    try:
+        fsum = math.fsum(f32.tolist())
+    except ValueError:
+        fsum = "raises"
+    return {"float32": float(f32.sum()), "in_order": sum(f32.double().tolist()), "fsum": fsum}
+
+
+@pytest.mark.parametrize("scenario, wrong", [("past_2_24", "float32"),
+                                             ("beyond_float32", "float32"),
+                                             ("cancellation", "in_order"),
+                                             ("infinities", "fsum")])
+def test_magnitude_cases_defeat_an_inexact_total(scenario, wrong) -> None:
+    """Every draw of a magnitude scenario has a total that its inexact sum gets wrong (so each
+    drawn example can see the matching zoo entry), and normalize is on."""
+    @settings(max_examples=30, deadline=None, database=None)
+    @given(records.magnitude_cases([scenario]))
+    def check(case) -> None:
+        assert case.kwargs["normalize"] is True
+        values = [float(v) for ex in case.args[0] for v in ex["loss_mask"]]
+        exact = reference.exact_sum(torch.tensor(values, dtype=torch.float32).tolist())
+        got = _inexact_totals(values)[wrong]
+        assert got == "raises" or not (got == exact or (got != got and exact != exact))
+    check()
+
+
+def test_slot_filling_lengths_are_multiples_of_the_alignment() -> None:
+    examples = [{"input_ids": [5, 6, 7], "num_actions": 2, "loss_mask": [1, 1],
+                 "attention_mask": [1, 1, 1]}, {"input_ids": [8, 9, 10, 11], "num_actions": 1,
+                                                "loss_mask": [1]}]
+    filled = st.composite(lambda draw: records._slot_filling(draw, examples, 4))().example()
+    assert [len(ex["input_ids"]) for ex in filled] == [4, 4]
+    assert filled[0]["input_ids"][1:] == [5, 6, 7] and filled[0]["attention_mask"] == [1] * 4
+    assert filled[1] == examples[1] and examples[0]["input_ids"] == [5, 6, 7]

@@ -24,6 +24,8 @@ _pack = _impl.pack_sft
 _ffd = _impl.ffd_bins
 _align = _impl.align_size
 _oracle_pack = _reference.pack_sft
+_check_bool = _impl._check_bool
+_check_pad_token_id = _impl.check_pad_token_id
 
 # --------------------------------------------------------------------------- helpers
 
@@ -392,12 +394,14 @@ def _loss_width_s(examples, **kwargs):
     return out
 
 
-def _sequence_mean(examples, **kwargs):
+def _sequence_mean(examples, *, pad_token_id, normalize=False, device=None):
     """normalize=True divides each row by its own total (a per-sequence mean) instead of the
     batch total."""
-    if not kwargs.get("normalize", False):
-        return _collate(examples, **kwargs)
-    td = _collate(examples, **(kwargs | {"normalize": False}))
+    _check_pad_token_id(pad_token_id)  # impl's argument checks, in impl's order
+    _check_bool(normalize, "normalize")
+    td = _collate(examples, pad_token_id=pad_token_id, normalize=False, device=device)
+    if not normalize:
+        return td
     totals = td["loss_mask"].double().sum(dim=1).clamp(min=1)
     td["loss_mask"] = td["loss_mask"] * (1.0 / totals).float()[:, None]
     return td
@@ -407,6 +411,8 @@ def _normalized_by(total_of):
     """collate_sft whose normalize scale is float32(1 / max(total_of(loss_mask), 1)): the
     magnitude bugs of an inexact total."""
     def collate(examples, *, pad_token_id, normalize=False, device=None):
+        _check_pad_token_id(pad_token_id)  # impl's argument checks, in impl's order: only the
+        _check_bool(normalize, "normalize")  # total differs, never which inputs are rejected
         td = _collate(examples, pad_token_id=pad_token_id, normalize=False, device=device)
         if normalize:
             loss = td["loss_mask"]
