@@ -89,12 +89,26 @@ def test_detection_without_the_pins_runs_only_the_search() -> None:
     (found,) = detection([entry], seeds=1, jobs=1, search_only=True)
     assert found.declared and not any("/pin:" in k for k in found.declared)
     assert found.by_check and not any("/pin:" in k for k in found.by_check)
-    # the explicit phase is off too: a planted bug that only a pinned @example reaches survives
-    pinned_only = run_entry(entry, [("trainer.required_multiple", "equivalence")],
-                            profile="mutation", search_only=True)
-    assert pinned_only.killed_by == {"trainer.required_multiple/equivalence": False}
-    assert run_entry(entry, [("trainer.required_multiple", "equivalence")],
-                     profile="mutation").killed
+
+
+def test_search_only_turns_the_explicit_phase_off(monkeypatch) -> None:
+    """The pins are also `@example`s in front of each search: --search-only runs the searched
+    checks without Hypothesis' explicit phase, and no `pin:` check at all."""
+    from hypothesis import Phase
+
+    from batchproof import mutate
+
+    ran = []
+    monkeypatch.setattr(mutate, "run_check",
+                        lambda info, check, settings, seed: ran.append((check, settings.phases)))
+    entry = get("trainer.mini_batch_ignores_n")
+    run_entry(entry, profile="mutation")
+    assert any(check.startswith("pin:") for check, _ in ran)
+    assert all(Phase.explicit in phases for _, phases in ran)
+    ran.clear()
+    run_entry(entry, profile="mutation", search_only=True)
+    assert ran and not any(check.startswith("pin:") for check, _ in ran)
+    assert not any(Phase.explicit in phases for _, phases in ran)
 
 
 def test_detection_cli_fails_below_the_target(capsys) -> None:

@@ -34,13 +34,13 @@ def rl_batch_cases(
 ) -> Case:
     """A valid `build_rl_batch` call: structure (lengths) first, then tokens and per-token values.
 
-    `pairs`: the (prompt, response) lengths (default `blocks.length_pairs()`). `rewards`: the
-    kinds of `REWARD_KINDS` to draw from. `loss_masks`, `logprobs`, `max_seq_len`: None draws
-    whether to pass it, True always passes it, False never. `value_dtypes`: when given, each
-    per-token argument may come as 1-D tensors of one of these dtypes instead of lists (the
-    placement tests draw all four float dtypes so; the registry keeps lists and narrows the
-    values in a lossy input form instead). The other defaults are what the registry draws
-    (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
+    `pairs`: the (prompt, response) lengths (default `blocks.length_pairs()`).
+    `rewards`: the kinds of `REWARD_KINDS` to draw from. `loss_masks`, `logprobs`,
+    `max_seq_len`: None draws whether to pass it, True always passes it, False never.
+    `value_dtypes`: when given, each per-token argument may come as 1-D tensors of one of these
+    dtypes instead of lists (the placement tests draw all four float dtypes so; the registry
+    keeps lists and narrows the values in a lossy input form instead). The other defaults are
+    what the registry draws (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
     pairs = draw(pairs if pairs is not None else hs.length_pairs())
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
     prompts = draw(hs.token_rows(p_lens))
@@ -50,7 +50,7 @@ def rl_batch_cases(
     if layout != "left" or draw(st.booleans()):
         kwargs["layout"] = layout
     given = [kind for kind in rewards if kind != "none"]
-    if given and ("none" not in rewards or draw(st.booleans())):
+    if given and ("none" not in rewards or _passed(draw, None)):
         kwargs["rewards"] = draw(_rewards(r_lens, given))
     if _passed(draw, loss_masks):
         kwargs["loss_masks"] = draw(st.one_of(hs.mask_rows(r_lens), hs.float_rows(r_lens)))
@@ -83,8 +83,10 @@ def _as_float32(values) -> torch.Tensor:
 
 
 def _passed(draw, option: bool | None) -> bool:
-    """Whether an optional argument is passed: drawn when `option` is None."""
-    return draw(st.booleans()) if option is None else option
+    """Whether an optional argument is passed: drawn when `option` is None, passing first (its
+    values are where the alignment bugs show; `st.booleans()` gives False in about two thirds
+    of a run's examples)."""
+    return draw(st.sampled_from([True, False])) if option is None else option
 
 
 def _rewards(r_lens, kinds: Sequence[str] = REWARD_KINDS[1:]):
