@@ -160,30 +160,32 @@ def prop_spread_bound(case: Case, partitions) -> None:
             f"sums {[float(s) for s in sums]}")
 
 
-def prop_descending(case: Case, partitions) -> None:
-    """Sets come in descending set order: by sum, then size, then first index (insertion order)."""
+def _assert_descending(case: Case, partitions, what: str, tie_ordered, tie_rule: str) -> None:
+    """Sums non-increasing (within float slack); two neighbours with exactly equal sums must
+    satisfy `tie_ordered(first, second)`, else the failure names `tie_rule`."""
     values, _ = case.args
     sums = _exact_sums(values, partitions)
     slack = _slack(values)
     for a, b, pa, pb in zip(sums, sums[1:], partitions, partitions[1:]):
-        _assert(a + slack >= b, f"sets not in descending order of sums: {partitions}")
+        _assert(a + slack >= b, f"{what} not in descending order of sums: {partitions}")
         if slack == 0 and a == b:
-            key_a = (len(pa), pa[0] if pa else -1)
-            key_b = (len(pb), pb[0] if pb else -1)
-            _assert(key_a > key_b, f"equal sums, but sets not ordered by size then first index: "
-                                   f"{partitions}")
+            _assert(tie_ordered(pa, pb), f"equal sums, but {tie_rule}: {partitions}")
+
+
+def prop_descending(case: Case, partitions) -> None:
+    """Sets come in descending set order: by sum, then size, then first index (insertion order)."""
+    def key(p):
+        return len(p), p[0] if p else -1
+
+    _assert_descending(case, partitions, "sets", lambda pa, pb: key(pa) > key(pb),
+                       "sets not ordered by size then first index")
 
 
 def prop_partitions_descending(case: Case, partitions) -> None:
     """The lists keep karmarkar_karp's descending set order: sums non-increasing, equal sums
     ordered by item count (more items first); only the indices inside a list are sorted."""
-    values, _ = case.args
-    sums = _exact_sums(values, partitions)
-    slack = _slack(values)
-    for a, b, pa, pb in zip(sums, sums[1:], partitions, partitions[1:]):
-        _assert(a + slack >= b, f"partitions not in descending order of sums: {partitions}")
-        if slack == 0 and a == b:
-            _assert(len(pa) >= len(pb), f"equal sums, but fewer items first: {partitions}")
+    _assert_descending(case, partitions, "partitions", lambda pa, pb: len(pa) >= len(pb),
+                       "fewer items first")
 
 
 def prop_sorted_indices(case: Case, partitions) -> None:
@@ -241,6 +243,11 @@ PARTITION_PINS = [
 # --------------------------------------------------------------------------- micro_batches
 
 
+def _group_sums(lengths: list[int], group_size: int) -> list[int]:
+    """Tokens per group of `group_size` consecutive samples."""
+    return [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
+
+
 def _split(draw, total: int, parts: int) -> list[int]:
     """`total` as `parts` positive ints (in random order); `parts <= total`."""
     cuts = sorted(draw(st.lists(st.integers(1, total - 1), min_size=parts - 1,
@@ -285,7 +292,7 @@ def micro_batch_cases(draw) -> Case:
         tight = draw(st.booleans())  # a budget just above total / count, 2 <= count <= 4
         groups = draw(st.integers(3 if tight else 1, 10))
         lengths = draw(hs.lengths(groups * group_size, min_len=1, max_len=20))
-        sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
+        sums = _group_sums(lengths, group_size)
         budget = max(sums) + draw(st.one_of(st.just(0), st.integers(0, 10),
                                             st.integers(0, 200)))
         if tight:  # little slack: a balanced split at the lower bound often overflows it
@@ -433,10 +440,9 @@ def prop_composition(case: Case, batches) -> None:
     the budget, else the first-fit-decreasing bins; each expanded to its samples, in the order
     the step produced them."""
     lengths, budget, group_size, min_count, step = _budget_facts(case)
-    lengths = [int(v) for v in lengths]
-    sums = [sum(lengths[i:i + group_size]) for i in range(0, len(lengths), group_size)]
+    sums = _group_sums([int(v) for v in lengths], group_size)
     chosen = fallback = _reference_ffd_bins(sums, budget, min_bins=min_count, bin_multiple=step)
-    count, how = -(-max(-(-sum(sums) // budget), min_count) // step) * step, "first-fit"
+    count, how = int(count_bounds(case)[0]), "first-fit"
     while count < len(fallback):
         partitions = _reference.balanced_partitions(sums, count)
         if all(sum(sums[g] for g in p) <= budget for p in partitions):
