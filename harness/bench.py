@@ -38,12 +38,20 @@ WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
 }
 
 
-# trainer scale from jagged device tensors only (no lists, no reference): `--scale h100`
+# trainer scale from tensors made on the device (no lists; the reference only in `--quick`'s
+# check): `--scale h100`
 DEVICE_WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "rl_batch": workloads.rl_batch_device_workload,
     "varlen": workloads.pack_varlen_device_workload,
+    "nesting": workloads.nest_device_workload,
+    "nesting.unnest_by_mask": workloads.unnest_device_workload,
+    "sft.pack_sft": workloads.pack_sft_device_workload,
 }
 QUICK_DEVICE_SIZE = {"batch": 64, "prompt_max": 64, "response_max": 256}
+QUICK_DEVICE_SIZES = {"sft.pack_sft": {"batch": 64, "length_max": 256}}  # other size names
+# input forms whose variants are measured against the output write floor (`impl (dense)`:
+# nest_by_mask's padded batch)
+DEVICE_FORMS = ("jagged", "tensors", "dense")
 
 
 def keep_freed_memory() -> bool:
@@ -58,12 +66,16 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(m_mmap_threshold, 1 << 30)) and bool(mallopt(m_trim_threshold, 2 << 30))
 
 
-def _selected(ops) -> list[str]:
+def _selected(ops, table=WORKLOADS) -> list[str]:
     """Workload names for `--op`: an op (`sft`) selects all of its `sft.<function>` workloads."""
     if not ops:
-        return list(WORKLOADS)
-    return [name for name in WORKLOADS if any(name == op or name.startswith(op + ".")
-                                               for op in ops)] or list(ops)
+        return list(table)
+    return [name for name in table if any(name == op or name.startswith(op + ".")
+                                           for op in ops)] or list(ops)
+
+
+def _device_form(name: str) -> bool:
+    return any(form in name for form in DEVICE_FORMS)
 
 
 def time_variants(workload: workloads.Workload, rounds: int, device: str,
@@ -100,14 +112,13 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
     for name, seconds in best.items():
         if name.startswith("floor"):
             out[name] = "1.00x (floor)"
-        elif ("jagged" in name or "tensors" in name) and floors["jagged"]:
+        elif _device_form(name) and floors["jagged"]:
             out[name] = f"{seconds / floors['jagged']:.2f}x floor (output write)"
         elif floors["lists"]:
             out[name] = f"{seconds / floors['lists']:.2f}x floor (lists)"
     if floors["jagged"]:  # what a write-once op could reach: the floor's bandwidth
         for name, seconds in best.items():
-            if name in out and not name.startswith("floor") and \
-                    ("jagged" in name or "tensors" in name):
+            if name in out and not name.startswith("floor") and _device_form(name):
                 out[name] += f"; {floors['jagged'] / seconds:.0%} of the write bandwidth"
     if "reference" in best and "impl (lists)" in best:
         out["reference"] += f"; impl (lists) is {best['reference'] / best['impl (lists)']:.0f}x faster"
@@ -121,7 +132,7 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
 def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False,
          pages: str = "warm", scale: str = "default") -> int:
     table_of = DEVICE_WORKLOADS if scale == "h100" else WORKLOADS
-    names = _selected(ops) if scale == "default" else list(ops or table_of)
+    names = _selected(ops, table_of)
     unknown = [n for n in names if n not in table_of]
     if unknown:
         console.print(f"[red]no benchmark workload for {unknown}; available: {list(table_of)}")
@@ -134,10 +145,14 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
     report = {}
     rounds = 2 if quick else 7
     for name in names:
-        kwargs = ({"batch": 64} if scale == "default" else QUICK_DEVICE_SIZE) if quick else {}
+        kwargs = ({"batch": 64} if scale == "default" else
+                  QUICK_DEVICE_SIZES.get(name, QUICK_DEVICE_SIZE)) if quick else {}
         workload = table_of[name](device=device, **kwargs)
+        if quick and workload.check is not None:  # the reference is cheap at this size only
+            workload.check()
+            console.print(f"{name}: the impl's output is the reference's")
         if device == "cuda":  # the Triton kernels against the torch composition they replace
-            for form in ("jagged", "tensors"):
+            for form in DEVICE_FORMS:
                 if f"impl ({form})" in workload.variants:
                     workload.variants[f"impl torch path ({form})"] = workloads.torch_path(
                         workload.variants[f"impl ({form})"])
@@ -161,6 +176,7 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
                         "output_bytes": workload.output_bytes, "pages": pages,
                         "write_bandwidth_gbps": workload.output_bytes / floor / 1e9
                         if floor else None}
+        del workload  # its inputs: free before the next workload's are made (device memory)
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(report, handle, indent=2)

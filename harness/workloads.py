@@ -31,6 +31,9 @@ class Workload:
     variants: dict[str, Callable[[], object]]
     output_bytes: int
     tokens: int
+    # compares the impl's output with the reference op's on the same inputs (raises an
+    # AssertionError); the reference is slow: `bench --quick` runs it, at the quick size only
+    check: Callable[[], None] | None = None
 
 
 def rl_batch_inputs(batch: int = 1024, seed: int = 0, prompt=(50, 500), response=(50, 2000),
@@ -161,9 +164,27 @@ def rl_batch_device_workload(batch: int = 8192, device: str = "cpu", seed: int =
         "impl (jagged)": lambda: impl.build_rl_batch(prompts, responses, pad_token_id=0,
                                                      **values),
         "floor (output write)": lambda: write_floor(outputs, device)}
+
+    def check():
+        from batchproof.reference import rl_batch as reference
+
+        _check_against(reference.build_rl_batch(*_on_cpu(prompts, responses), pad_token_id=0,
+                                                **dict(zip(values, _on_cpu(*values.values())))),
+                       variants["impl (jagged)"](), "build_rl_batch")
+
     tokens = int((p_len + r_len).sum())
     return Workload("rl_batch", "build_rl_batch", f"B={batch}, {tokens / 1e6:.1f} M tokens "
-                    f"(jagged, on {device})", variants, output_bytes, tokens)
+                    f"(jagged, on {device})", variants, output_bytes, tokens, check)
+
+
+def _on_cpu(*tensors):
+    return [t.to("cpu") for t in tensors]
+
+
+def _check_against(expected, actual, op: str) -> None:
+    from batchproof.compare import assert_identical
+
+    assert_identical(expected, actual, allow_device=True, compared=f"{op}: reference vs impl")
 
 
 def pack_varlen_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
@@ -175,13 +196,122 @@ def pack_varlen_device_workload(batch: int = 8192, device: str = "cpu", seed: in
         batch, device, prompt_max, response_max, seed)
     tokens, response_tokens = int((p_len + r_len).sum()), int(r_len.sum())
     padded = -(-tokens // 128) * 128
-    outputs = [((1, padded), torch.int64)] * 2 + [((response_tokens,), torch.int64)] * 3
-    output_bytes = sum(int(np.prod(s)) * 8 for s, _ in outputs)
+    outputs = [((1, padded), torch.int64)] * 2 + [((response_tokens,), torch.int64)] * 3 + \
+        [((batch + 1 + (padded > tokens),), torch.int32)] + [((batch,), torch.int64)] * 2
+    output_bytes = _bytes(outputs)
     variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
         "impl (jagged)": lambda: impl.pack_varlen(prompts, responses, pad_to_multiple=128),
         "floor (output write)": lambda: write_floor(outputs, device)}
+
+    def check():
+        from batchproof.reference import varlen as reference
+
+        _check_against(reference.pack_varlen(*_on_cpu(prompts, responses), pad_to_multiple=128),
+                       variants["impl (jagged)"](), "pack_varlen")
+
     return Workload("varlen", "pack_varlen", f"B={batch}, {tokens / 1e6:.1f} M tokens "
-                    f"(jagged, on {device})", variants, output_bytes, tokens)
+                    f"(jagged, on {device})", variants, output_bytes, tokens, check)
+
+
+def device_verl_batch(batch: int, device: str, prompt_max: int, response_max: int,
+                      seed: int = 0) -> tuple[TensorDict, int]:
+    """(a padded verl-layout batch made on the device, its real tokens): `build_rl_batch`'s
+    two_segment layout (prompts left-padded to P = max p, responses right-padded to R = max r)
+    from `device_rl_batch_inputs`, plus verl's `prompts` / `responses` slices:
+
+        (B, P + R)  input_ids, attention_mask, position_ids          int64
+        (B, P)      prompts                                           int64
+        (B, R)      responses, response_mask                          int64
+        (B, R)      loss_mask, rewards, rollout_logprobs              float32
+
+    Every field has a nesting rule (`nest_by_mask(strict=True)` leaves nothing dense). At
+    B = 8192, P = 2048, R = 14336: 6.6 GB, about half of it padding (lengths uniform, not verl's
+    8% fill)."""
+    from batchproof.impl import rl_batch
+
+    prompts, responses, values, p_len, r_len = device_rl_batch_inputs(
+        batch, device, prompt_max, response_max, seed)
+    td = rl_batch.build_rl_batch(prompts, responses, pad_token_id=0, layout="two_segment",
+                                 rewards=values["rewards"], loss_masks=values["loss_masks"],
+                                 logprobs=values["logprobs"])
+    ids, width = td["input_ids"], td.get_non_tensor("max_response_length")
+    td["prompts"] = ids[:, :ids.shape[1] - width].clone()
+    td["responses"] = ids[:, ids.shape[1] - width:].clone()
+    return td, int((p_len + r_len).sum())
+
+
+def _tensor_bytes(tensors) -> tuple[list, int]:
+    """(shape, dtype) of each distinct tensor (by storage: a jagged field's offsets are shared)
+    and their bytes."""
+    distinct = {(t.device, t.untyped_storage().data_ptr()): t for t in tensors}
+    shapes = [(tuple(t.shape), t.dtype) for t in distinct.values()]
+    return shapes, sum(t.numel() * t.element_size() for t in distinct.values())
+
+
+def _parts(td: TensorDict) -> list[torch.Tensor]:
+    """The tensors a TensorDict holds: each dense field, each jagged field's values and
+    offsets."""
+    out = []
+    for key in td.keys():
+        if td.is_non_tensor(key):
+            continue
+        value = td.get(key)
+        out += [value.values(), value.offsets()] if value.is_nested else [value]
+    return out
+
+
+def nest_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                         prompt_max: int = 2048, response_max: int = 14336) -> Workload:
+    """`nest_by_mask` of a padded verl batch made on the device (`device_verl_batch`, the
+    rl_batch device workload's lengths): the impl (Triton run copies on CUDA) and the write
+    floor of its outputs (every jagged field's values, the token and run offsets, the masks' run
+    starts and lengths)."""
+    from batchproof.impl import nesting as impl
+
+    dense, tokens = device_verl_batch(batch, device, prompt_max, response_max, seed)
+    outputs, output_bytes = _tensor_bytes(_parts(impl.nest_by_mask(dense, pad_token_id=0,
+                                                                   strict=True)))
+    dense_bytes = _tensor_bytes(_parts(dense))[1]
+
+    def check():
+        from batchproof.reference import nesting as reference
+
+        _check_against(reference.nest_by_mask(dense.to("cpu"), pad_token_id=0, strict=True),
+                       impl.nest_by_mask(dense, pad_token_id=0, strict=True), "nest_by_mask")
+
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (dense)": lambda: impl.nest_by_mask(dense, pad_token_id=0, strict=True),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    size = (f"B={batch}, P={prompt_max}, R={response_max}, {tokens / 1e6:.1f} M real tokens, "
+            f"dense batch {dense_bytes / 1e9:.2f} GB (on {device})")
+    return Workload("nesting", "nest_by_mask", size, variants, output_bytes, tokens, check)
+
+
+def unnest_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                           prompt_max: int = 2048, response_max: int = 14336) -> Workload:
+    """`unnest_by_mask` of the nested form of `nest_device_workload`'s batch (made on the
+    device): the impl (pad fill, then Triton run copies on CUDA) and the write floor of the
+    dense batch it restores."""
+    from batchproof.impl import nesting as impl
+
+    dense, tokens = device_verl_batch(batch, device, prompt_max, response_max, seed)
+    nested = impl.nest_by_mask(dense, pad_token_id=0, strict=True)
+    outputs, output_bytes = _tensor_bytes(_parts(dense))
+    nested_bytes = _tensor_bytes(_parts(nested))[1]
+    del dense  # only the nested batch is kept
+
+    def check():
+        from batchproof.reference import nesting as reference
+
+        _check_against(reference.unnest_by_mask(nested.to("cpu")), impl.unnest_by_mask(nested),
+                       "unnest_by_mask")
+
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (jagged)": lambda: impl.unnest_by_mask(nested),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    size = (f"B={batch}, P={prompt_max}, R={response_max}, {tokens / 1e6:.1f} M real tokens, "
+            f"nested batch {nested_bytes / 1e9:.2f} GB (on {device})")
+    return Workload("nesting", "unnest_by_mask", size, variants, output_bytes, tokens, check)
 
 
 def pack_varlen_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
@@ -325,3 +455,54 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
     tokens = sum(len(ex["input_ids"]) for ex in examples)
     return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens, "
                     f"{rows} x {width} rows, dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens)
+
+
+def device_sft_batch(batch: int, device: str, length_min: int, length_max: int, seed: int = 0,
+                     vocab: int = 32000) -> TensorDict:
+    """`sft_jagged`'s batch made on the device (no Python lists): lengths s uniform in
+    [length_min, length_max], num_actions uniform in [1, s], a loss mask with ~10% zeros,
+    attention all ones."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(length_min, length_max + 1, (batch,), generator=gen)
+    actions = (torch.rand(batch, generator=gen, dtype=torch.float64) * lengths).long() + 1
+    lengths, actions = lengths.to(device), actions.to(device)
+    n_tokens, n_actions = int(lengths.sum()), int(actions.sum())
+    on = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.randint(0, vocab, (n_tokens,), generator=on, device=device)
+    loss = (torch.rand(n_actions, generator=on, device=device) < 0.9).float()
+    return TensorDict({
+        "input_ids": device_jagged(lengths, ids),
+        "attention_mask": device_jagged(lengths, torch.ones_like(ids)),
+        "loss_mask": device_jagged(actions, loss),
+        "num_actions": actions,
+    }, batch_size=[batch])
+
+
+def pack_sft_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                             length_min: int = 50, length_max: int = 4096) -> Workload:
+    """`pack_sft` from a jagged batch made on the device (`device_sft_batch`: B = 8192
+    examples of 50..4096 tokens, SFT_PACK_CONFIG): the impl (one Triton pass on CUDA) and the
+    write floor of its outputs."""
+    from batchproof.impl import sft as impl
+
+    jagged = device_sft_batch(batch, device, length_min, length_max, seed)
+    rows, width = impl.pack_sft(jagged, pad_token_id=0, **SFT_PACK_CONFIG)["input_ids"].shape
+    outputs = [((rows, width), torch.int64)] * 3 + [((rows, width - 1), torch.float32),
+                                                    ((batch,), torch.int64),
+                                                    ((rows + 1,), torch.int64),
+                                                    ((batch + 1,), torch.int32)]
+
+    def check():
+        from batchproof.reference import sft as reference
+
+        _check_against(reference.pack_sft(jagged.to("cpu"), pad_token_id=0, **SFT_PACK_CONFIG),
+                       impl.pack_sft(jagged, pad_token_id=0, **SFT_PACK_CONFIG), "pack_sft")
+
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (jagged)": lambda: impl.pack_sft(jagged, pad_token_id=0, **SFT_PACK_CONFIG),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    tokens = int(jagged["input_ids"].offsets()[-1])
+    input_bytes = _tensor_bytes(_parts(jagged))[1]
+    return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.1f} M tokens "
+                    f"({input_bytes / 1e9:.2f} GB jagged, on {device}), {rows} x {width} rows, "
+                    "dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens, check)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
-from batchproof import bench
+import pytest
+import torch
+
+from batchproof import bench, placements
 
 
 def test_ratios_against_the_floor_of_each_input_form_and_the_baseline() -> None:
@@ -38,16 +41,57 @@ def test_quick_run_writes_every_variant(tmp_path) -> None:
     assert report["rl_batch"]["pages"] == "system"
 
 
+TRAINER_SCALE = {"rl_batch": "impl (jagged)", "varlen": "impl (jagged)",
+                 "nesting": "impl (dense)", "nesting.unnest_by_mask": "impl (jagged)",
+                 "sft.pack_sft": "impl (jagged)"}
+
+
 def test_trainer_scale_from_device_tensors(tmp_path) -> None:
-    """`--scale h100` (here `--quick`, on the CPU): jagged inputs made on the device, the impl
-    against the write floor, and the floor's bandwidth in the report."""
+    """`--scale h100` (here `--quick`, on the CPU): every op with a Triton kernel, inputs made
+    on the device, the impl against the write floor, and the floor's bandwidth in the report."""
     path = tmp_path / "bench.json"
     assert bench.main(quick=True, json_path=str(path), pages="system", scale="h100") == 0
     report = json.loads(path.read_text())
-    assert set(report) == {"rl_batch", "varlen"}
-    assert set(report["rl_batch"]["seconds"]) == {"impl (jagged)", "floor (output write)"}
-    assert report["varlen"]["write_bandwidth_gbps"] > 0
-    assert bench.main(ops=["sft.pack_sft"], scale="h100") == 2  # no trainer-scale workload
+    assert set(report) == set(bench.DEVICE_WORKLOADS) == set(TRAINER_SCALE)
+    for name, impl in TRAINER_SCALE.items():
+        assert set(report[name]["seconds"]) == {impl, "floor (output write)"}, name
+        assert all(seconds > 0 for seconds in report[name]["seconds"].values()), name
+        assert report[name]["write_bandwidth_gbps"] > 0, name
+    path.unlink()
+    assert bench.main(ops=["nesting"], quick=True, json_path=str(path), pages="system",
+                      scale="h100") == 0  # an op selects all of its workloads
+    assert set(json.loads(path.read_text())) == {"nesting", "nesting.unnest_by_mask"}
+    assert bench.main(ops=["sft.collate_sft"], scale="h100") == 2  # no trainer-scale workload
+
+
+def _output_bytes(value) -> int:
+    """Bytes of the distinct tensors an op returned (a jagged field's values and offsets, tensors
+    held as non-tensor entries too)."""
+    tensors = []
+    for key in value.keys():
+        part = value.get_non_tensor(key) if value.is_non_tensor(key) else value.get(key)
+        if isinstance(part, torch.Tensor):
+            tensors += [part.values(), part.offsets()] if part.is_nested else [part]
+    distinct = {t.untyped_storage().data_ptr(): t for t in tensors}
+    return sum(t.numel() * t.element_size() for t in distinct.values())
+
+
+@pytest.mark.parametrize("name", list(TRAINER_SCALE))
+def test_trainer_scale_workloads_are_the_op(name: str) -> None:
+    """At the quick size: the impl variant returns the reference's output on the workload's
+    inputs on every placement this machine has (the Triton kernels CUDA runs, interpreted; the
+    torch path `bench` times beside them), and the floor writes as many bytes as it returns."""
+    size = bench.QUICK_DEVICE_SIZES.get(name, bench.QUICK_DEVICE_SIZE)
+    if name == "sft.pack_sft":  # one row of 10K columns takes Triton's interpreter 30 s
+        size = {"batch": 16, "length_max": 128}
+    workload = bench.DEVICE_WORKLOADS[name](device="cpu", **size)
+    assert workload.check is not None
+    for placement in placements.available():
+        with placements.placed(placement):
+            workload.check()
+    assert _output_bytes(workload.variants[TRAINER_SCALE[name]]()) == workload.output_bytes
+    floor = workload.variants["floor (output write)"]()
+    assert sum(t.numel() * t.element_size() for t in floor) == workload.output_bytes
 
 
 def test_unknown_workload_is_an_error() -> None:
