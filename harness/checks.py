@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from hypothesis.internal.reflection import function_digest
 from tensordict import TensorDictBase
 
 from batchproof.compare import Mismatch, assert_identical
-from batchproof.registry import BadCase, Candidate, Case, OpInfo, Pin
+from batchproof.registry import BadCase, Candidate, Case, OpInfo, Pin, tensors_on
 
 
 class HarnessError(AssertionError):
@@ -304,7 +305,7 @@ def check_error_parity(
             f"registry error: the reference raised {ref_exc!r}, not {bad.raises.__name__}, "
             f"for {bad!r}"
         )
-    case = info.to_device(bad.case, device) if device != "cpu" and info.to_device else bad.case
+    case = bad_input_on(info, bad.case, device) if device != "cpu" else bad.case
     cand_exc = _raised(case, candidate)
     if cand_exc is None:
         raise Mismatch(
@@ -320,12 +321,32 @@ def check_error_parity(
             f"{type(ref_exc).__name__}: {ref_exc}; candidate raised "
             f"{type(cand_exc).__name__}: {cand_exc}"
         ) from cand_exc
-    if messages and str(cand_exc) != str(ref_exc):
+    if messages and _as_on_cpu(str(cand_exc), device) != str(ref_exc):
         raise Mismatch(
             f"{info.name}: error messages differ on bad input ({bad.why}):\n"
             f"  reference: {type(ref_exc).__name__}: {ref_exc}\n"
             f"  candidate: {type(cand_exc).__name__}: {cand_exc}"
         ) from cand_exc
+
+
+def bad_input_on(info: OpInfo, case: Case, device: str) -> Case:
+    """A bad input on `device` with its defect intact (`registry.tensors_on`: tensors moved,
+    nothing converted; a record's own `to_device` may turn lists into tensors, and a string of
+    digits or a float tensor of token ids would then become valid input)."""
+    try:
+        takes_device = "device" in inspect.signature(info.impl).parameters
+    except (TypeError, ValueError):
+        takes_device = False
+    return tensors_on(case, device, device_kwarg=takes_device)
+
+
+def _as_on_cpu(message: str, device: str) -> str:
+    """A candidate's error message on a device run, with the device it ran on spelled `cpu`:
+    the reference saw the same input on the CPU (`x is on meta but attention_mask is on
+    cuda:0` is the reference's `... is on cpu`)."""
+    if device == "cpu":
+        return message
+    return re.sub(rf"\b{re.escape(torch.device(device).type)}(:\d+)?\b", "cpu", message)
 
 
 def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu",

@@ -6,7 +6,8 @@ tensordict's `assert_close` (which ignores non-tensor entries and jagged offsets
     structure   same TensorDict keys, batch size, non-tensor entries (type and value)
     per tensor  same layout (strided / jagged), jagged offsets identical, shape, dtype,
                 device (unless the op is device-generic), and values: floats by bit pattern,
-                so -0.0 vs +0.0 and NaN payloads count as differences
+                so -0.0 vs +0.0 and NaN payloads count as differences (across devices a NaN
+                matches any NaN: x86 makes inf - inf a negative NaN, CUDA a positive one)
 
 A failure reads like this (the op supplies the row description and the layout picture):
 
@@ -177,6 +178,8 @@ def _diff_tensor(expected: Any, actual: Any, path: str, allow_device: bool):
             f"got {tuple(actual.shape)}", _rows_of_shape(expected, actual), {}
     e_bits, a_bits = _bits(expected.detach().cpu()), _bits(actual.detach().cpu())
     differ = e_bits != a_bits
+    if allow_device and expected.is_floating_point():  # a NaN's sign and payload: the device's
+        differ &= ~(expected.detach().cpu().isnan() & actual.detach().cpu().isnan())
     if not bool(differ.any()):
         return None
     where = differ.nonzero()

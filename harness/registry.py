@@ -26,13 +26,16 @@ the pytest suite (`tests/test_registry.py`) and in the bug zoo's kill matrix.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
+from tensordict import TensorDictBase
 
 Candidate = Callable[..., Any]
 
@@ -68,6 +71,31 @@ class Case:
         parts += [f"{k}={_short_repr(v, limit)}" for k, v in self.kwargs.items()]
         head = f"[{self.label}] " if self.label else ""
         return f"{head}Case({', '.join(parts)})"
+
+
+def tensors_on(case: Case, device: str, *, device_kwarg: bool = False) -> Case:
+    """`case` with every tensor in its arguments (inside lists, tuples and dicts too) on
+    `device`, nothing else converted: lists stay lists, so a bad input keeps its defect. A meta
+    tensor stays where it is (it stands for another device); a case with a model (`on`) moves
+    the model too. `device_kwarg`: also pass `device=device` (the functions that take one)."""
+    moved = case.on(device) if hasattr(case, "on") else case
+    kwargs = {k: _tensors_on(v, device) for k, v in moved.kwargs.items()}
+    if device_kwarg and "device" not in kwargs:
+        kwargs["device"] = device
+    return dataclasses.replace(moved, args=tuple(_tensors_on(a, device) for a in moved.args),
+                               kwargs=kwargs)
+
+
+def _tensors_on(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value if value.is_meta else value.to(device)
+    if isinstance(value, TensorDictBase):
+        return value.to(device)
+    if type(value) in (list, tuple):
+        return type(value)(_tensors_on(v, device) for v in value)
+    if type(value) is dict:
+        return {k: _tensors_on(v, device) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
         input_ids, positions, target_index, predict_index, sample_index = \
             triton_varlen.write_samples(samples.prompt_tokens, p_len, samples.response_tokens,
                                         r_len, total, pad_token_id, int(host_lengths.max()),
-                                        n_responses)
+                                        n_responses, real)
     else:
         offsets = _exclusive_cumsum(lengths)
         # response token k of sample i sits at offsets_i + p_i + (k - its flat start)

@@ -3,6 +3,7 @@ the example's literal ledger shape, the trace's stages, and `harness show`'s dra
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -12,9 +13,11 @@ import torch
 from tensordict import TensorDict
 
 from batchproof import registry
+from batchproof.checks import run_check
 from batchproof.compare import assert_identical
 from batchproof.impl import pipeline as impl
-from batchproof.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, step_case
+from batchproof.models import ModelSpec
+from batchproof.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, model_dtype, step_case
 from batchproof.reference import pipeline as reference
 from batchproof.reference.nesting import DenseFieldError
 from batchproof.reference.pipeline import LEDGER_KEYS
@@ -209,3 +212,40 @@ def test_to_canonical_docstring_example() -> None:
     values, valid = impl.to_canonical(logprobs, torch.tensor([2, 3]), 4)
     assert_identical(torch.tensor([[-1.0, -2.0, 0.0, 0.0], [-3.0, -4.0, -5.0, 0.0]]), values)
     assert valid.tolist() == [[True, True, False, False], [True, True, True, False]]
+
+
+# --------------------------------------------------------------------------- CUDA, bfloat16
+
+
+def _bf16_cuda(case):
+    """The case with its tiny model in bfloat16 on CUDA (the rollouts stay host lists)."""
+    spec = case.model
+    return dataclasses.replace(case, model=ModelSpec(spec.arch, spec.attn, "bfloat16", "cuda"))
+
+
+def bf16_cuda_record():
+    """pipeline.rl_step with every drawn and pinned step run on a bfloat16 CUDA model: the
+    reference's dense per-sample forwards against the impl's packed ones, compared with the
+    bfloat16 logprob tolerance (`ops.pipeline.model_dtype`)."""
+    info = registry.get("pipeline.rl_step")
+    pins = [dataclasses.replace(pin, case=_bf16_cuda(pin.case)) for pin in info.pins]
+    return dataclasses.replace(info, valid=info.valid.map(_bf16_cuda), pins=pins)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("check", registry.get("pipeline.rl_step").check_names())
+def test_rl_step_in_bfloat16_on_cuda(check: str) -> None:
+    run_check(bf16_cuda_record(), check, device="cuda")
+
+
+def test_bf16_record_keeps_every_check_and_moves_only_the_model() -> None:
+    """The CUDA bfloat16 variant has the record's checks, and its cases differ only in the
+    model (so the test above is the record's property in bfloat16, not another one)."""
+    info, variant = registry.get("pipeline.rl_step"), bf16_cuda_record()
+    assert variant.check_names() == info.check_names()
+    for pin, moved in zip(info.pins, variant.pins):
+        assert moved.case.args == pin.case.args and moved.case.kwargs == pin.case.kwargs
+        assert moved.case.model == ModelSpec(pin.case.model.arch, pin.case.model.attn,
+                                             "bfloat16", "cuda")
+    assert model_dtype(variant.pins[0].case) == torch.bfloat16
+    assert model_dtype(info.pins[0].case) == torch.float32

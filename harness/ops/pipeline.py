@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
-from batchproof.compare import Mismatch, assert_identical, assert_logprobs_close
+from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
 from batchproof.models import VOCAB, ModelCase, ModelSpec
 from batchproof.reference.pipeline import LEDGER_KEYS, loss_scale
 from batchproof.registry import Case, OpInfo, Pin, Property, register
@@ -95,21 +95,29 @@ def step_case(prompts, responses, masks, traj_ids, scores, *, label: str = "", *
 # --------------------------------------------------------------------------- comparator
 
 
-def loss_tolerance(ledger: TensorDict) -> float:
+def loss_tolerance(ledger: TensorDict, dtype: torch.dtype = torch.float32) -> float:
     """|Δ loss| allowed between two ledgers of the same tokens: each logprob may move by the
-    float32 logprob tolerance (1e-5), and float32 sums in another order by SUMMATION_RTOL."""
+    model dtype's max logprob tolerance (float32 1e-5, bfloat16 2e-2: the varlen spec), and
+    float32 sums in another order by SUMMATION_RTOL."""
     a, w, lp = (ledger[k].double() for k in ("advantage", "weight", "logprob"))
-    return 1e-5 * float((a * w).abs().sum()) + SUMMATION_RTOL * float((a * w * lp).abs().sum()) \
-        + 1e-12
+    per_logprob = LOGPROB_TOLERANCE[dtype][0]
+    return per_logprob * float((a * w).abs().sum()) \
+        + SUMMATION_RTOL * float((a * w * lp).abs().sum()) + 1e-12
+
+
+def model_dtype(case: Case | None) -> torch.dtype:
+    """The dtype of the case's model (float32 for a case without one)."""
+    return case.model.torch_dtype if isinstance(case, ModelCase) else torch.float32
 
 
 def assert_same_step(expected, actual, **kwargs) -> None:
-    """Ledgers equal: exact columns bit for bit, logprobs per token within the float32
-    tolerance, total loss within `loss_tolerance`."""
+    """Ledgers equal: exact columns bit for bit, logprobs per token within the tolerance of
+    the model's dtype, total loss within `loss_tolerance`."""
+    dtype = model_dtype(kwargs.get("case"))
     assert_identical(_exact(expected), _exact(actual), compared=kwargs.get("compared", ""))
     assert_logprobs_close(expected["logprob"], actual["logprob"],
-                          torch.ones_like(expected["logprob"], dtype=torch.bool), torch.float32)
-    _assert_loss_close(expected, actual)
+                          torch.ones_like(expected["logprob"], dtype=torch.bool), dtype)
+    _assert_loss_close(expected, actual, dtype)
 
 
 def _exact(ledger: TensorDict) -> TensorDict:
@@ -118,9 +126,10 @@ def _exact(ledger: TensorDict) -> TensorDict:
     return out
 
 
-def _assert_loss_close(expected: TensorDict, actual: TensorDict) -> None:
+def _assert_loss_close(expected: TensorDict, actual: TensorDict,
+                       dtype: torch.dtype = torch.float32) -> None:
     e, a = expected.get_non_tensor("loss"), actual.get_non_tensor("loss")
-    tolerance = loss_tolerance(expected)
+    tolerance = loss_tolerance(expected, dtype)
     if not abs(e - a) <= tolerance:
         raise Mismatch(f"total loss differs: expected {e!r}, actual {a!r} "
                        f"(|Δ| = {abs(e - a):.3g} > tolerance {tolerance:.3g})")
@@ -208,11 +217,12 @@ def prop_groups_intact(case: Case, out: TensorDict) -> None:
 
 def prop_invariant_to_dp_and_budget(case: Case, out: TensorDict, candidate) -> None:
     """Rerun with dp_size=1, no mini-batch padding and one micro-batch: every real token has the
-    same advantage and weight (bit for bit) and logprob (float32 tolerance), the total loss agrees
-    within `loss_tolerance`."""
+    same advantage and weight (bit for bit) and logprob (the model dtype's tolerance), the total
+    loss agrees within `loss_tolerance`."""
     prompts, responses = case.args[0], case.args[1]
     total = sum(len(p) + len(r) for p, r in zip(prompts, responses))
-    alone = candidate(*((MODEL.build(),) + tuple(case.args)),
+    model = case.model if isinstance(case, ModelCase) else MODEL
+    alone = candidate(*((model.build(),) + tuple(case.args)),
                       **{**case.kwargs, "dp_size": 1, "mini_batch_size": None,
                          "max_tokens": max(total, 2)})
     a, b = _by_token(_real(alone)), _by_token(_real(out))
@@ -220,8 +230,8 @@ def prop_invariant_to_dp_and_budget(case: Case, out: TensorDict, candidate) -> N
                      _exact(b).exclude("rank", "micro_batch"))
     assert_logprobs_close(a["logprob"], b["logprob"], torch.ones_like(a["logprob"],
                                                                       dtype=torch.bool),
-                          torch.float32)
-    _assert_loss_close(alone, out)
+                          model_dtype(case))
+    _assert_loss_close(alone, out, model_dtype(case))
 
 
 def _by_token(ledger: TensorDict) -> TensorDict:
@@ -334,4 +344,6 @@ PIPELINE = register(OpInfo(
     doc="one RL step's data path: rollouts → batch → advantages → padding → DP ranks → "
         "micro-batches → packed logprobs → loss ledger",
     requires=("transformers",),
+    devices=("cpu", "cuda"),
+    to_device=lambda case, device: case.on(device),  # the model; the rollouts are host lists
 ))

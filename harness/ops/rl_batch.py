@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from batchproof import blocks as hs
 from batchproof.compare import assert_identical
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register, tensors_on
 
 # --------------------------------------------------------------------------- strategies
 
@@ -247,7 +247,8 @@ def _values_narrowed(case: Case) -> Case:
 
 
 def _on_device(case: Case, device: str) -> Case:
-    return _to_jagged(case, device).replace(device=device)
+    """Each input form's tensors on `device` (lists stay lists: the op copies them there)."""
+    return tensors_on(case, device, device_kwarg=True)
 
 
 # --------------------------------------------------------------------------- helpers

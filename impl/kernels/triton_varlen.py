@@ -10,8 +10,8 @@ the device.
         sample_index[f_i + k]   i
 
 One program per (sample, block of its columns). The tail pad (from `real` to `total`: the pad
-id, positions 0 1 ... as its own segment) is two torch fills. Compiled on CUDA; on CPU tensors
-under Triton's interpreter (see `triton_rl_batch`).
+id, positions 0 1 ... as its own segment) is two small torch fills of that range only. Compiled
+on CUDA; on CPU tensors under Triton's interpreter (see `triton_rl_batch`).
 """
 
 import torch
@@ -53,11 +53,11 @@ if triton is not None:  # the kernel (its annotations need triton.language)
 
 
 def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
-                  longest: int, n_responses: int):
+                  longest: int, n_responses: int, real: int):
     """input_ids, position_ids (total,) and target_index, predict_index, sample_index (one per
     response token), int64 on the inputs' device, as `kernels.varlen.write_samples` writes them
-    on the CPU. `longest`: the longest sample (p + r), `n_responses`: the response tokens (both
-    known on the host already)."""
+    on the CPU. `longest`: the longest sample (p + r), `n_responses`: the response tokens,
+    `real`: the samples' tokens (all known on the host already)."""
     device, batch = p_flat.device, p_len.numel()
     block = kernels.triton_block(device)
     ids = torch.empty(total, dtype=torch.int64, device=device)
@@ -70,8 +70,6 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
             _KERNEL, device, (batch, triton.cdiv(longest, block)), ids, positions,
             *per_response, p_flat.contiguous(), p_off, r_flat.contiguous(), r_off, offsets,
             BLOCK=block)
-    real = offsets[-1:]  # the tail pad, from real on: its own segment
-    tail = torch.arange(total, device=device) - real
-    positions.copy_(torch.where(tail >= 0, tail, positions))
-    ids.masked_fill_(tail >= 0, pad_token_id)
+    ids[real:] = pad_token_id  # the tail pad: its own segment, positions from 0
+    torch.arange(total - real, out=positions[real:])
     return ids, positions, *per_response
