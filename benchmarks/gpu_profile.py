@@ -40,11 +40,59 @@ def profile_variant(name: str, fn) -> None:
         print(f"  {e.self_device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
 
 
+def host_profile(name: str, fn) -> None:
+    """The host side of one call: the torch ops by self CPU time (top 12)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    print(f"--- {name} host ops: {total / 1e3:.2f} ms self CPU time in torch ops")
+    for e in events[:12]:
+        print(f"  {e.self_cpu_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
+
+
+def sweep(keys) -> None:
+    """Each workload's impl under every (BLOCK, num_warps): best wall of 10 calls and the
+    kernel time of one, to choose `kernels.TRITON_BLOCK` / `TRITON_WARPS`."""
+    from batchproof.impl import kernels
+
+    chosen = kernels.TRITON_BLOCK, kernels.TRITON_WARPS
+    for key in keys:
+        workload = bench.DEVICE_WORKLOADS[key](device="cuda")
+        fn = next(f for n, f in workload.variants.items() if n.startswith("impl"))
+        floor = next(f for n, f in workload.variants.items() if n.startswith("floor"))
+        floor_wall = min(_wall(floor) for _ in range(10))
+        print(f"=== sweep {key}: floor {floor_wall * 1e3:.2f} ms")
+        for block in (1024, 2048, 4096):
+            for warps in (4, 8):
+                kernels.TRITON_BLOCK, kernels.TRITON_WARPS = block, warps
+                for _ in range(2):
+                    fn()
+                wall = min(_wall(fn) for _ in range(10))
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    fn()
+                    torch.cuda.synchronize()
+                triton = sum(e.self_device_time_total for e in prof.key_averages()
+                             if e.self_device_time_total > 0 and not e.key.startswith(
+                                 ("void", "Memcpy", "Memset")))
+                print(f"  BLOCK {block:5d} warps {warps}: wall {wall * 1e3:6.2f} ms "
+                      f"({floor_wall / wall:4.0%} of the floor), Triton kernels "
+                      f"{triton / 1e3:6.2f} ms")
+        kernels.TRITON_BLOCK, kernels.TRITON_WARPS = chosen
+        del workload, fn, floor
+        torch.cuda.empty_cache()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--sweep", action="store_true", help="BLOCK x num_warps per workload")
     args = parser.parse_args()
+    if args.sweep:
+        sweep(args.workloads or list(bench.DEVICE_WORKLOADS))
+        return
     for key in args.workloads or list(bench.DEVICE_WORKLOADS):
         kwargs = bench.QUICK_DEVICE_SIZE if args.quick else {}
         try:
@@ -55,6 +103,7 @@ def main() -> None:
         for name, fn in list(workload.variants.items()):
             if name.startswith("impl"):
                 profile_variant(name, fn)
+                host_profile(name, fn)
                 profile_variant(f"{name} torch path", workloads.torch_path(fn))
             elif name.startswith("floor"):
                 profile_variant(name, fn)

@@ -141,11 +141,11 @@ class DeltaSetup:
 
 
 def delta_row(arch: str, attn: str, dtype: str, device: torch.device, prompts, responses,
-              budget: int) -> dict[str, Any]:
+              budget: int, hidden: int = 64) -> dict[str, Any]:
     """One row: packed `impl` against the per-sample oracle on the same tiny model."""
     torch_dtype = getattr(torch, dtype)
     tol_max, tol_mean = LOGPROB_TOLERANCE[torch_dtype]
-    row: dict[str, Any] = dict(arch=arch, attn=attn, dtype=dtype, tol_max=tol_max,
+    row: dict[str, Any] = dict(arch=arch, hidden=hidden, attn=attn, dtype=dtype, tol_max=tol_max,
                                tol_mean=tol_mean, max_abs=None, mean_abs=None, within=None,
                                verdict=None, tokens=sum(len(r) for r in responses), seconds=None,
                                error=None)
@@ -153,7 +153,7 @@ def delta_row(arch: str, attn: str, dtype: str, device: torch.device, prompts, r
     try:
         # built outside inference_mode: tiny_model is cached for the whole process, and its
         # parameters must not become inference tensors
-        model = tiny_model(arch, attn, dtype=torch_dtype, device=str(device))
+        model = tiny_model(arch, attn, dtype=torch_dtype, device=str(device), hidden_size=hidden)
         with _flex_limits(attn), torch.inference_mode():
             expected = reference.response_logprobs(model, prompts, responses)
             actual = impl.response_logprobs(model, prompts, responses,
@@ -173,15 +173,16 @@ def delta_row(arch: str, attn: str, dtype: str, device: torch.device, prompts, r
 
 
 def delta_rows(device: torch.device, quick: bool = False, *, archs=ARCHITECTURES,
-               attns=GPU_ATTENTION, dtypes=DTYPES) -> list[dict[str, Any]]:
+               attns=GPU_ATTENTION, dtypes=DTYPES, hiddens=(64,)) -> list[dict[str, Any]]:
     """Every arch x attn x dtype row of the |Δ| table, on the same seeded inputs."""
     setup = DeltaSetup.make(quick)
     prompts, responses = draw_samples(setup.samples, setup.low, setup.high)
     rows = []
-    for arch, attn, dtype in itertools.product(archs, attns, dtypes):
-        row = delta_row(arch, attn, dtype, device, prompts, responses, setup.budget)
+    for hidden, arch, attn, dtype in itertools.product(hiddens, archs, attns, dtypes):
+        row = delta_row(arch, attn, dtype, device, prompts, responses, setup.budget, hidden)
         shown = row["error"] or f"max |Δ| {row['max_abs']:.3g}"
-        _log(f"  |Δ| {arch:6s} {attn:15s} {dtype:9s} {shown} ({row['seconds']:.1f} s)")
+        _log(f"  |Δ| {hidden:4d} {arch:6s} {attn:15s} {dtype:9s} {shown} "
+             f"({row['seconds']:.1f} s)")
         rows.append(row)
     _free(device)
     return rows
@@ -192,20 +193,22 @@ def delta_markdown(rows: list[dict[str, Any]], quick: bool = False) -> str:
     lines = [
         f"Packed `varlen.response_logprobs` (max_tokens_per_batch={setup.budget}) vs the dense "
         f"per-sample oracle: {setup.samples} samples, prompt and response lengths uniform in "
-        f"{setup.low}..{setup.high}, vocab {VOCAB}, tiny models (hidden 64, 2 layers). |Δ| over "
+        f"{setup.low}..{setup.high}, vocab {VOCAB}, tiny models (2 layers, 4 heads / 2 KV heads; "
+        f"hidden 64 is the suite's model, head_dim 16; hidden 256 has head_dim 64). |Δ| over "
         f"the valid response tokens; tolerance = the comparator's (max / mean) for the dtype.",
         "",
-        "| arch | attention | dtype | max \\|Δ\\| | mean \\|Δ\\| | tolerance (max / mean) "
+        "| arch | hidden | attention | dtype | max \\|Δ\\| | mean \\|Δ\\| | tolerance (max / mean) "
         "| within | seconds |",
-        "|---|---|---|---:|---:|---|---|---:|",
+        "|---|---:|---|---|---:|---:|---|---|---:|",
     ]
     for r in rows:
         tol = f"{r['tol_max']:g} / {r['tol_mean']:g}" if r["tol_mean"] else f"{r['tol_max']:g} / —"
         if r["error"]:
-            lines.append(f"| {r['arch']} | {r['attn']} | {r['dtype']} | "
+            lines.append(f"| {r['arch']} | {r['hidden']} | {r['attn']} | {r['dtype']} | "
                          f"{_cell('failed: ' + r['error'])} | — | {tol} | — | {r['seconds']:.1f} |")
         else:
-            lines.append(f"| {r['arch']} | {r['attn']} | {r['dtype']} | {r['max_abs']:.3g} | "
+            lines.append(f"| {r['arch']} | {r['hidden']} | {r['attn']} | {r['dtype']} | "
+                         f"{r['max_abs']:.3g} | "
                          f"{r['mean_abs']:.3g} | {tol} | {_cell(r['verdict'])} | "
                          f"{r['seconds']:.1f} |")
     return "\n".join(lines)
@@ -502,10 +505,8 @@ def render(env: dict[str, Any], quick: bool, deltas, setup, rows, notes, seconds
         "",
         delta_markdown(deltas, quick),
         "",
-        "## Throughput: packed vs dense padded",
-        "",
-        throughput_markdown(setup, rows, notes),
-        "",
+        *(["## Throughput: packed vs dense padded", "", throughput_markdown(setup, rows, notes),
+           ""] if rows else []),
     ])
 
 
@@ -515,6 +516,9 @@ def main(argv: list[str] | None = None) -> int:
                         default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, help="also write DIR/report.md and DIR/report.json")
     parser.add_argument("--quick", action="store_true", help="small inputs (a smoke test)")
+    parser.add_argument("--hidden", type=int, nargs="+", default=[64],
+                        help="tiny models' hidden sizes for the |Δ| table (head_dim = hidden / 4)")
+    parser.add_argument("--no-throughput", action="store_true", help="the |Δ| table only")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda, but torch.cuda.is_available() is False")
@@ -522,9 +526,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     env = environment(device)
     _log(f"gpu_report on {env['device']}: |Δ| table")
-    deltas = delta_rows(device, args.quick)
-    _log("tokens/s table")
-    setup, rows, notes = throughput_rows(device, args.quick)
+    deltas = delta_rows(device, args.quick, hiddens=tuple(args.hidden))
+    setup, rows, notes = ThroughputSetup.make(device, args.quick), [], {}
+    if not args.no_throughput:
+        _log("tokens/s table")
+        setup, rows, notes = throughput_rows(device, args.quick)
     seconds = time.perf_counter() - start
     markdown = render(env, args.quick, deltas, setup, rows, notes, seconds)
     print(markdown)

@@ -5,7 +5,7 @@
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_session.sh [STAGE ...]
 #
-# STAGE: report, bench, profile, pytest, verify, probe (default: all, in that order; the first
+# STAGE: sweep, report, bench, profile, pytest, verify, probe (default: all, in that order; the first
 # three alone on the device, the last three side by side). Each stage has its own
 # time limit (seconds, *_LIMIT variables) so that the whole run ends inside one device call.
 set -u
@@ -35,19 +35,23 @@ if has bench; then
     --json "$LOG/bench_h100.json" > "$LOG/bench_h100.txt" 2>&1
   echo "bench rc=$?"; save
 fi
+if has sweep; then
+  timeout "${SWEEP_LIMIT:-150}" $PY benchmarks/gpu_profile.py --sweep ${SWEEP_ARGS:-} > "$LOG/sweep.txt" 2>&1
+  echo "sweep rc=$?"; save
+fi
 if has profile; then
-  timeout "${PROFILE_LIMIT:-150}" $PY benchmarks/gpu_profile.py > "$LOG/profile.txt" 2>&1
+  timeout "${PROFILE_LIMIT:-150}" $PY benchmarks/gpu_profile.py ${PROFILE_ARGS:-} > "$LOG/profile.txt" 2>&1
   echo "profile rc=$?"; save
 fi
 if has report; then
-  timeout "${REPORT_LIMIT:-200}" $PY benchmarks/gpu_report.py --out "$LOG" \
+  timeout "${REPORT_LIMIT:-200}" $PY benchmarks/gpu_report.py --out "$LOG" ${REPORT_ARGS:-} \
     > "$LOG/report.txt" 2>&1
   echo "report rc=$?"; save
 fi
 
 pids=()
 if has pytest; then
-  ( timeout "${PYTEST_LIMIT:-420}" $PY -m pytest -m gpu -n 4 -p no:cacheprovider -q -rfE ${PYTEST_K:+-k "$PYTEST_K"} \
+  ( timeout "${PYTEST_LIMIT:-420}" $PY -m pytest -m gpu -n ${PYTEST_WORKERS:-6} -p no:cacheprovider -q -rfE ${PYTEST_K:+-k "$PYTEST_K"} \
       --junitxml="$LOG/pytest_gpu.xml" tests/test_registry.py tests/test_nesting.py \
       tests/test_balance.py tests/test_varlen.py tests/test_sft.py tests/test_trainer.py \
       tests/test_pipeline.py tests/test_packaging.py > "$LOG/pytest_gpu.txt" 2>&1
@@ -73,6 +77,7 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 save
 echo "=== bench";   grep -E "impl|floor|bandwidth|Error|error" "$LOG/bench_h100.txt" 2>/dev/null | head -40
 echo "=== report";  tail -n 60 "$LOG/report.txt" 2>/dev/null
+echo "=== sweep";   grep -v Warning "$LOG/sweep.txt" 2>/dev/null | grep -E "^(===|  BLOCK)"
 echo "=== profile"; grep -E "^(===|---)" "$LOG/profile.txt" 2>/dev/null
 echo "=== pytest";  tail -n 25 "$LOG/pytest_gpu.txt" 2>/dev/null
 echo "=== verify";  for f in "$LOG"/verify_*.txt; do

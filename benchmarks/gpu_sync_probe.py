@@ -68,17 +68,19 @@ def device_resident(value) -> bool:
         return value.is_cuda
     if isinstance(value, TensorDictBase):
         return value.device is not None and value.device.type == "cuda"
-    if isinstance(value, (list, tuple)):
-        return all(device_resident(v) for v in value if not isinstance(v, (str, bytes)))
+    if isinstance(value, (list, tuple)):  # rows of numbers are host data; a list of tensors
+        return all(device_resident(v) if isinstance(v, (torch.Tensor, TensorDictBase, list,
+                                                        tuple, dict)) else False
+                   for v in value)
     if isinstance(value, dict):
         return all(device_resident(v) for v in value.values())
-    return not isinstance(value, (int, float)) or isinstance(value, bool)
+    return True  # a scalar argument (pad id, a width, a flag) is configuration, not data
 
 
 def surveyed(info, check: str, resident_only: bool):
     def call(*args, **kwargs):
-        inputs = [a for a in args if not isinstance(a, torch.nn.Module)] + \
-            [v for k, v in kwargs.items() if k != "device"]
+        inputs = tuple(a for a in args if not isinstance(a, torch.nn.Module)) + \
+            tuple(v for k, v in kwargs.items() if k != "device")
         if resident_only and not device_resident(inputs):
             CALLS[(info.name, check, "host input (not surveyed)")] += 1
             return info.impl(*args, **kwargs)

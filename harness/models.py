@@ -43,14 +43,18 @@ _SIZES = dict(
 )
 
 
-def config(arch: str):
-    """The transformers config of the tiny `arch` model (default initializer_range 0.02)."""
+def config(arch: str, hidden_size: int = 64):
+    """The transformers config of the tiny `arch` model (default initializer_range 0.02);
+    `hidden_size` other than 64 (4 heads: head_dim = hidden_size / 4, MLP twice as wide) for
+    kernels that need a wider head (flex_attention's Triton template on CUDA: head_dim 16 has
+    no valid configuration, H100 run of 2026-11-24)."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     classes = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
     if arch not in classes:
         raise ValueError(f"unknown architecture {arch!r}; known: {ARCHITECTURES}")
-    return classes[arch](**_SIZES)
+    return classes[arch](**{**_SIZES, "hidden_size": hidden_size,
+                            "intermediate_size": 2 * hidden_size})
 
 
 @functools.cache
@@ -61,6 +65,7 @@ def tiny_model(
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
     seed: int = SEED,
+    hidden_size: int = 64,
 ) -> torch.nn.Module:
     """The tiny `arch` model with attention implementation `attn` (cached: do not modify it).
 
@@ -73,7 +78,7 @@ def tiny_model(
         raise ValueError(f"unknown attention implementation {attn!r}; known: {GPU_ATTENTION}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = AutoModelForCausalLM.from_config(config(arch), attn_implementation=attn,
+        model = AutoModelForCausalLM.from_config(config(arch, hidden_size), attn_implementation=attn,
                                                  dtype=torch.float32)
     model.requires_grad_(False)
     return model.to(device=device, dtype=dtype).eval()

@@ -156,6 +156,7 @@ def worker(step: Step, rank: int, chunk: TensorDict, scale: torch.Tensor, stages
         logprobs = varlen.response_logprobs(
             step.model, [prompts[k] for k in batch], [responses[k] for k in batch],
             max_tokens_per_batch=step.max_tokens, pad_to_multiple=step.sp_size)
+        logprobs = logprobs.to(response_lengths.device)  # the ledger is the controller's
         logprob, valid = stages.to_canonical(logprobs, response_lengths[index], width)
         rows, positions = valid.nonzero(as_tuple=True)
         entry = {

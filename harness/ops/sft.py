@@ -617,7 +617,10 @@ def _scaled(values: list[float], scale: float) -> list[float]:
 
 
 def _bits(values) -> list[int]:
-    return torch.tensor(values, dtype=torch.float32).view(torch.int32).tolist()
+    """float32 bit patterns, every NaN as one pattern: a NaN's sign and payload are the
+    device's (x86 makes inf - inf a negative NaN, CUDA a positive one; H100 run, 2026-11-24)."""
+    values = torch.tensor(values, dtype=torch.float32)
+    return values.masked_fill(values.isnan(), float("nan")).view(torch.int32).tolist()
 
 
 def _full(ex: dict) -> list[float]:

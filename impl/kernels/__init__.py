@@ -69,6 +69,7 @@ def _triton_installed() -> bool:
 
 
 TRITON_BLOCK = 1024  # columns (elements) per Triton program on CUDA
+TRITON_WARPS = 4  # warps per Triton program on CUDA (Triton's default)
 INTERPRETED_BLOCK = 32  # under the interpreter, where each program costs time, not a thread
 
 
@@ -82,7 +83,7 @@ def triton_launch(kernel: tuple, device: torch.device, grid: tuple, *args, **met
     are values the kernels copy and multiply on purpose)."""
     compiled, interpreted = kernel
     if device.type == "cuda":
-        compiled[grid](*args, **meta)
+        compiled[grid](*args, num_warps=TRITON_WARPS, **meta)
         return
     with np.errstate(all="ignore"):
         interpreted[grid](*args, **meta)
