@@ -5,7 +5,7 @@
 #
 #   OUT=/tmp/gpu bash benchmarks/gpu_session.sh [STAGE ...]
 #
-# STAGE: sweep, report, bench, profile, pytest, verify, probe (default: all, in that order; the first
+# STAGE: sweep, report, bench, profile, pytest, verify, checks, deltas, probe (default: all, in that order; the first
 # three alone on the device, the last three side by side). Each stage has its own
 # time limit (seconds, *_LIMIT variables) so that the whole run ends inside one device call.
 set -u
@@ -67,6 +67,17 @@ print(' '.join(i.name for i in registry.all_ops() if 'cuda' in i.devices))")
        echo \"rc=\$?\" >> $LOG/verify_{}.txt" ) &
   pids+=($!)
 fi
+if has checks; then  # the records too long for one process: a process per check
+  ( timeout "${CHECKS_LIMIT:-500}" $PY benchmarks/gpu_verify_checks.py "$LOG/checks" \
+      ${RECORDS:-} --jobs "${JOBS:-16}" --limit "${CHECK_LIMIT:-450}" > "$LOG/checks.txt" 2>&1
+    echo "checks rc=$?" >> "$LOG/checks.txt" ) &
+  pids+=($!)
+fi
+if has deltas; then  # the |Δ| table alone, beside the correctness runs (no timing in it)
+  ( timeout "${REPORT_LIMIT:-200}" $PY benchmarks/gpu_report.py --out "$LOG/deltas" \
+      ${REPORT_ARGS:-} > "$LOG/deltas.txt" 2>&1; echo "deltas rc=$?" >> "$LOG/deltas.txt" ) &
+  pids+=($!)
+fi
 if has probe; then
   ( timeout "${PROBE_LIMIT:-300}" $PY benchmarks/gpu_sync_probe.py > "$LOG/sync_probe.txt" 2>&1
     echo "probe rc=$?" >> "$LOG/sync_probe.txt" ) &
@@ -83,4 +94,6 @@ echo "=== pytest";  tail -n 25 "$LOG/pytest_gpu.txt" 2>/dev/null
 echo "=== verify";  for f in "$LOG"/verify_*.txt; do
   [ -e "$f" ] && echo "$(basename "$f" .txt): $(grep -E 'checks (passed|failed)|checks? .*in [0-9.]+s|rc=' "$f" | tr '\n' ' ')"
 done
+echo "=== checks";  cat "$LOG/checks.txt" 2>/dev/null
+echo "=== deltas";  grep -E "^\| (llama|qwen)|rc=" "$LOG/deltas.txt" 2>/dev/null
 echo "=== probe";   tail -n 40 "$LOG/sync_probe.txt" 2>/dev/null
