@@ -75,13 +75,16 @@ def device_resident(value) -> bool:
     if isinstance(value, dict):
         return all(device_resident(v) for v in value.values())
     return True  # a scalar argument (pad id, a width, a flag) is configuration, not data
+    # (an argument's rows of numbers are host data: the list branch above; 2026-11-24's runs
+    # tested the argument tuple itself as rows, so every call with a scalar argument, every
+    # rl_batch, sft and pad_to_multiple call among them, went unsurveyed)
 
 
 def surveyed(info, check: str, resident_only: bool):
     def call(*args, **kwargs):
         inputs = tuple(a for a in args if not isinstance(a, torch.nn.Module)) + \
             tuple(v for k, v in kwargs.items() if k != "device")
-        if resident_only and not device_resident(inputs):
+        if resident_only and not all(device_resident(v) for v in inputs):
             CALLS[(info.name, check, "host input (not surveyed)")] += 1
             return info.impl(*args, **kwargs)
         CALLS[(info.name, check, "device-resident input")] += 1

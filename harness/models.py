@@ -45,9 +45,8 @@ _SIZES = dict(
 
 def config(arch: str, hidden_size: int = 64):
     """The transformers config of the tiny `arch` model (default initializer_range 0.02);
-    `hidden_size` other than 64 (4 heads: head_dim = hidden_size / 4, MLP twice as wide) for
-    kernels that need a wider head (flex_attention's Triton template on CUDA: head_dim 16 has
-    no valid configuration, H100 run of 2026-11-24)."""
+    `hidden_size` other than 64: 4 heads, head_dim = hidden_size / 4, an MLP twice as wide
+    (docs/equivalence.md's GPU table measures hidden 64 and 256)."""
     from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 
     classes = {"llama": LlamaConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
