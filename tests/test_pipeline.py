@@ -12,7 +12,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from batchproof import registry
+from batchproof import registry, zoo
 from batchproof.checks import run_check
 from batchproof.compare import assert_identical
 from batchproof.impl import pipeline as impl
@@ -21,6 +21,7 @@ from batchproof.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, mode
 from batchproof.reference import pipeline as reference
 from batchproof.reference.nesting import DenseFieldError
 from batchproof.reference.pipeline import LEDGER_KEYS
+from batchproof.zoo import planted
 
 
 def test_example_ledger() -> None:
@@ -217,19 +218,24 @@ def test_to_canonical_docstring_example() -> None:
 # --------------------------------------------------------------------------- CUDA, bfloat16
 
 
-def _bf16_cuda(case):
-    """The case with its tiny model in bfloat16 on CUDA (the rollouts stay host lists)."""
-    spec = case.model
-    return dataclasses.replace(case, model=ModelSpec(spec.arch, spec.attn, "bfloat16", "cuda"))
+def bf16_record(device: str = "cuda"):
+    """pipeline.rl_step with every drawn and pinned step's model in bfloat16 on `device`."""
+    info = registry.get("pipeline.rl_step")
+
+    def moved(case):
+        spec = case.model
+        return dataclasses.replace(case, model=ModelSpec(spec.arch, spec.attn, "bfloat16",
+                                                         device))
+
+    pins = [dataclasses.replace(pin, case=moved(pin.case)) for pin in info.pins]
+    return dataclasses.replace(info, valid=info.valid.map(moved), pins=pins)
 
 
 def bf16_cuda_record():
     """pipeline.rl_step with every drawn and pinned step run on a bfloat16 CUDA model: the
     reference's dense per-sample forwards against the impl's packed ones, compared with the
     bfloat16 logprob tolerance (`ops.pipeline.model_dtype`)."""
-    info = registry.get("pipeline.rl_step")
-    pins = [dataclasses.replace(pin, case=_bf16_cuda(pin.case)) for pin in info.pins]
-    return dataclasses.replace(info, valid=info.valid.map(_bf16_cuda), pins=pins)
+    return bf16_record("cuda")
 
 
 @pytest.mark.gpu
@@ -249,3 +255,14 @@ def test_bf16_record_keeps_every_check_and_moves_only_the_model() -> None:
                                              "bfloat16", "cuda")
     assert model_dtype(variant.pins[0].case) == torch.bfloat16
     assert model_dtype(info.pins[0].case) == torch.float32
+
+
+@pytest.mark.parametrize("entry, check", [
+    ("pipeline_padding_rows_in_loss", "pin:padding_rows"),
+    ("pipeline_local_width", "pin:local_width"),
+])
+def test_bf16_record_still_catches_planted_bugs(entry: str, check: str) -> None:
+    """The bfloat16 tolerance is wide (2e-2 per logprob): the bfloat16 variant, here on the
+    CPU, still fails on planted bugs of the zoo (so the CUDA test above can fail)."""
+    with planted(zoo.get(entry)), pytest.raises(AssertionError):
+        run_check(bf16_record("cpu"), check)
