@@ -52,6 +52,9 @@ def host_profile(name: str, fn) -> None:
         print(f"  {e.self_cpu_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:110]}")
 
 
+ALIGNED: dict[str, dict] = {}  # --aligned: workload keyword arguments (see main)
+
+
 def sweep(keys) -> None:
     """Each workload's impl under every (BLOCK, num_warps): best wall of 10 calls and the
     kernel time of one, to choose `kernels.TRITON_BLOCK` / `TRITON_WARPS`."""
@@ -59,7 +62,7 @@ def sweep(keys) -> None:
 
     chosen = kernels.TRITON_BLOCK, kernels.TRITON_WARPS
     for key in keys:
-        workload = bench.DEVICE_WORKLOADS[key](device="cuda")
+        workload = bench.DEVICE_WORKLOADS[key](device="cuda", **ALIGNED.get(key, {}))
         fn = next(f for n, f in workload.variants.items() if n.startswith("impl"))
         floor = next(f for n, f in workload.variants.items() if n.startswith("floor"))
         floor_wall = min(_wall(floor) for _ in range(10))
@@ -89,14 +92,19 @@ def main() -> None:
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sweep", action="store_true", help="BLOCK x num_warps per workload")
+    parser.add_argument("--aligned", action="store_true",
+                        help="rl_batch with widths that are multiples of 16 (16-byte stores)")
     args = parser.parse_args()
+    if args.aligned:
+        ALIGNED["rl_batch"] = {"longest_first": True}
     if args.sweep:
         sweep(args.workloads or list(bench.DEVICE_WORKLOADS))
         return
     for key in args.workloads or list(bench.DEVICE_WORKLOADS):
         kwargs = bench.QUICK_DEVICE_SIZE if args.quick else {}
         try:
-            workload = bench.DEVICE_WORKLOADS[key](device="cuda", **kwargs)
+            workload = bench.DEVICE_WORKLOADS[key](device="cuda", **kwargs,
+                                                   **ALIGNED.get(key, {}))
         except TypeError:  # a workload with its own quick size names
             workload = bench.DEVICE_WORKLOADS[key](device="cuda")
         print(f"=== {key}: {workload.size}, {workload.output_bytes / 1e6:.0f} MB of outputs")

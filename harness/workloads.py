@@ -130,12 +130,16 @@ def device_jagged(lengths: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 def device_rl_batch_inputs(batch: int, device: str, prompt_max: int, response_max: int,
-                           seed: int = 0, vocab: int = 32000):
+                           seed: int = 0, vocab: int = 32000, longest_first: bool = False):
     """Jagged prompts, responses and per-token values made on the device (no Python lists):
-    lengths uniform in [1, prompt_max] and [1, response_max]."""
+    lengths uniform in [1, prompt_max] and [1, response_max]; `longest_first`: sample 0 has
+    both maxima (the batch widths are then prompt_max + response_max and response_max)."""
     gen = torch.Generator().manual_seed(seed)
-    p_len = torch.randint(1, prompt_max + 1, (batch,), generator=gen).to(device)
-    r_len = torch.randint(1, response_max + 1, (batch,), generator=gen).to(device)
+    p_len = torch.randint(1, prompt_max + 1, (batch,), generator=gen)
+    r_len = torch.randint(1, response_max + 1, (batch,), generator=gen)
+    if longest_first:
+        p_len[0], r_len[0] = prompt_max, response_max
+    p_len, r_len = p_len.to(device), r_len.to(device)
     n_p, n_r = int(p_len.sum()), int(r_len.sum())
     on = torch.Generator(device=device).manual_seed(seed)
     prompts = device_jagged(p_len, torch.randint(0, vocab, (n_p,), generator=on, device=device))
@@ -147,14 +151,17 @@ def device_rl_batch_inputs(batch: int, device: str, prompt_max: int, response_ma
 
 
 def rl_batch_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
-                             prompt_max: int = 2048, response_max: int = 14336) -> Workload:
+                             prompt_max: int = 2048, response_max: int = 14336,
+                             longest_first: bool = False) -> Workload:
     """`build_rl_batch` from jagged device tensors at trainer scale (issue 19's H100 size:
     B = 8192, prompts up to 2048, responses up to 14336): the impl (Triton kernels on CUDA)
-    and the output write floor."""
+    and the output write floor. `longest_first`: widths of exactly 16384 and 14336, multiples
+    of 16, which Triton specializes on: its row stores are then 16 bytes wide, 8 otherwise
+    (PTX for sm_90 of the sequence kernel: `st.global.v2.b64` against `st.global.b64`)."""
     from batchproof.impl import rl_batch as impl
 
     prompts, responses, values, p_len, r_len = device_rl_batch_inputs(
-        batch, device, prompt_max, response_max, seed)
+        batch, device, prompt_max, response_max, seed, longest_first=longest_first)
     width, r_width = int((p_len + r_len).max()), int(r_len.max())
     outputs = [((batch, width), torch.int64)] * 3 + [((batch, r_width), torch.int64)] + \
         [((batch, r_width), torch.float32)] * 3
