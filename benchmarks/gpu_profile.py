@@ -56,33 +56,37 @@ ALIGNED: dict[str, dict] = {}  # --aligned: workload keyword arguments (see main
 
 
 def sweep(keys) -> None:
-    """Each workload's impl under every (BLOCK, num_warps): best wall of 10 calls and the
-    kernel time of one, to choose `kernels.TRITON_BLOCK` / `TRITON_WARPS`."""
+    """Each workload's impl under every (BLOCK, num_warps), for rl_batch also with its flat
+    sequence kernel: best wall of 10 calls and the kernel time of one, to choose
+    `kernels.TRITON_BLOCK` / `TRITON_WARPS` / `TRITON_FLAT_ROWS`."""
     from batchproof.impl import kernels
 
-    chosen = kernels.TRITON_BLOCK, kernels.TRITON_WARPS
+    chosen = kernels.TRITON_BLOCK, kernels.TRITON_WARPS, kernels.TRITON_FLAT_ROWS
     for key in keys:
         workload = bench.DEVICE_WORKLOADS[key](device="cuda", **ALIGNED.get(key, {}))
         fn = next(f for n, f in workload.variants.items() if n.startswith("impl"))
         floor = next(f for n, f in workload.variants.items() if n.startswith("floor"))
         floor_wall = min(_wall(floor) for _ in range(10))
         print(f"=== sweep {key}: floor {floor_wall * 1e3:.2f} ms")
-        for block in (1024, 2048, 4096):
-            for warps in (4, 8):
-                kernels.TRITON_BLOCK, kernels.TRITON_WARPS = block, warps
-                for _ in range(2):
-                    fn()
-                wall = min(_wall(fn) for _ in range(10))
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    fn()
-                    torch.cuda.synchronize()
-                triton = sum(e.self_device_time_total for e in prof.key_averages()
-                             if e.self_device_time_total > 0 and not e.key.startswith(
-                                 ("void", "Memcpy", "Memset")))
-                print(f"  BLOCK {block:5d} warps {warps}: wall {wall * 1e3:6.2f} ms "
-                      f"({floor_wall / wall:4.0%} of the floor), Triton kernels "
-                      f"{triton / 1e3:6.2f} ms")
-        kernels.TRITON_BLOCK, kernels.TRITON_WARPS = chosen
+        configs = [(block, warps, flat) for flat in ((False, True) if key == "rl_batch"
+                                                     else (False,))
+                   for block in (1024, 2048, 4096) for warps in (4, 8)]
+        for block, warps, flat in configs:
+            kernels.TRITON_BLOCK, kernels.TRITON_WARPS = block, warps
+            kernels.TRITON_FLAT_ROWS = flat
+            for _ in range(2):
+                fn()
+            wall = min(_wall(fn) for _ in range(10))
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                fn()
+                torch.cuda.synchronize()
+            triton = sum(e.self_device_time_total for e in prof.key_averages()
+                         if e.self_device_time_total > 0 and not e.key.startswith(
+                             ("void", "Memcpy", "Memset")))
+            print(f"  BLOCK {block:5d} warps {warps}{' flat' if flat else '':5s}: wall "
+                  f"{wall * 1e3:6.2f} ms ({floor_wall / wall:4.0%} of the floor), Triton "
+                  f"kernels {triton / 1e3:6.2f} ms")
+        kernels.TRITON_BLOCK, kernels.TRITON_WARPS, kernels.TRITON_FLAT_ROWS = chosen
         del workload, fn, floor
         torch.cuda.empty_cache()
 

@@ -11,6 +11,7 @@ import pytest
 
 from batchproof import placements, registry
 from batchproof.checks import run_check
+from batchproof.impl import kernels
 
 RECORDS = registry.all_ops()
 IMPL_CHECKS = [(info.name, check) for info in RECORDS for check in info.check_names()]
@@ -42,6 +43,27 @@ def test_impl_with_the_triton_kernels_interpreted(record: str, check: str) -> No
     examples each (the interpreter takes tens of milliseconds per call)."""
     if "triton" not in placements.available():
         pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
+    current = hypothesis.settings()
+    with placements.placed("triton"):
+        run_check(registry.get(record), check,
+                  settings=hypothesis.settings(current, max_examples=min(current.max_examples,
+                                                                          20)))
+
+
+FLAT_CHECKS = [("rl_batch.build_rl_batch", check) for check in
+               registry.get("rl_batch.build_rl_batch").check_names()
+               if not check.startswith("property:")]
+
+
+@pytest.mark.parametrize("record, check", FLAT_CHECKS, ids=map(_id, FLAT_CHECKS))
+def test_rl_batch_flat_sequence_kernel_interpreted(record: str, check: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_rl_batch's opt-in flat sequence kernel (`kernels.TRITON_FLAT_ROWS`: aligned chunks
+    of the flat output, the tail chunk masked), under Triton's interpreter: equivalence, errors
+    and every pin, at most 20 examples each."""
+    if "triton" not in placements.available():
+        pytest.skip("triton is not installed: pip install 'batchproof[triton]'")
+    monkeypatch.setattr(kernels, "TRITON_FLAT_ROWS", True)
     current = hypothesis.settings()
     with placements.placed("triton"):
         run_check(registry.get(record), check,

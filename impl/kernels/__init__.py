@@ -70,6 +70,10 @@ def _triton_installed() -> bool:
 
 TRITON_BLOCK = 1024  # columns (elements) per Triton program on CUDA
 TRITON_WARPS = 4  # warps per Triton program on CUDA (Triton's default)
+# build_rl_batch's sequence kernel over the flat (B * W) output in aligned chunks (16-byte
+# stores whatever W) instead of a program per (row, block of columns); off until a GPU run
+# shows it faster (docs/performance.md, "GPU")
+TRITON_FLAT_ROWS = False
 INTERPRETED_BLOCK = 32  # under the interpreter, where each program costs time, not a thread
 
 
