@@ -42,7 +42,7 @@ from batchproof.ops.varlen import pack_cases
 from batchproof.registry import Case
 
 IGNORE = -100  # transformers' ignore_index, and the collator's default separator_id
-UPSTREAM = "transformers/data/data_collator.py, DataCollatorWithFlattening (transformers 5.23.0)"
+UPSTREAM = "transformers/data/data_collator.py, DataCollatorWithFlattening (5.23.0, 5.24.0)"
 
 
 def _as_list(row: Any) -> Any:
@@ -205,7 +205,54 @@ def without_tail_pad(case: Case) -> Case:
                 case.label)
 
 
-PACK_VARLEN_KNOWN = (
+def has_only_empty_samples(case: Case) -> bool:
+    """At least one sample, and every one with p + r == 0."""
+    prompts, responses = case.args[:2]
+    return len(prompts) > 0 and all(_length(p) == 0 and _length(r) == 0
+                                    for p, r in zip(prompts, responses))
+
+
+def skips_empty_examples() -> bool:
+    """transformers >= 5.24: empty examples are skipped (no zero-length segment, no extra
+    label) and a batch of only empty examples raises ValueError, as does an empty batch — the
+    two 5.23 divergences batchproof found are fixed there (docs/frameworks-transformers.md)."""
+    from packaging.version import InvalidVersion, Version
+
+    from batchproof.adapters import distribution_version
+
+    try:
+        return Version(distribution_version("transformers")) >= Version("5.24")
+    except InvalidVersion:  # not installed: the adapter cannot run anyway
+        return False
+
+
+ONLY_EMPTY_SAMPLES_REJECTED = KnownDivergence(
+    "only_empty_samples_rejected", has_only_empty_samples, kind="valid", upstream=UPSTREAM,
+    raises=ValueError,
+    doc="transformers >= 5.24 raises ValueError ('received a batch where every example is "
+        "empty') for a batch whose every sample has p + r == 0; the contract packs it into a "
+        "row of no tokens (cu_seqlens [0]). A choice, not a wrong number.")
+
+def has_empty_sample_before_a_response(case: Case) -> bool:
+    """An empty sample (p + r == 0) before a sample with response tokens."""
+    prompts, responses = case.args[:2]
+    seen_empty = False
+    for p, r in zip(prompts, responses):
+        seen_empty = seen_empty or (_length(p) == 0 and _length(r) == 0)
+        if seen_empty and _length(r):
+            return True
+    return False
+
+
+EMPTY_SAMPLE_RENUMBERS_SEQ_IDX = KnownDivergence(
+    "empty_sample_renumbers_seq_idx", has_empty_sample_before_a_response, kind="valid",
+    upstream=UPSTREAM, fields=("sample_index",),
+    doc="transformers >= 5.24 skips an empty example, and `seq_idx` (return_seq_idx=True) then "
+        "numbers the examples that remain: a token of feature 3 after an empty feature 2 "
+        "gets seq_idx 2, so seq_idx no longer names the feature it came from (the contract's "
+        "sample_index does). Found by batchproof check against 5.24.0.")
+
+PACK_VARLEN_KNOWN_5_23 = (
     KnownDivergence(
         "empty_sample_breaks_boundaries_and_labels", has_empty_sample, kind="valid",
         upstream=UPSTREAM,
@@ -245,6 +292,10 @@ PACK_VARLEN_KNOWN = (
             "sample, no response) it is accepted and input_ids comes out 3-D. The contract "
             "raises ValueError."),
 )
+# 5.24 fixed the first two (empty examples skipped, an empty batch a ValueError) and added one
+PACK_VARLEN_KNOWN_5_24 = (ONLY_EMPTY_SAMPLES_REJECTED, EMPTY_SAMPLE_RENUMBERS_SEQ_IDX,
+                          *PACK_VARLEN_KNOWN_5_23[2:])
+PACK_VARLEN_KNOWN = PACK_VARLEN_KNOWN_5_24 if skips_empty_examples() else PACK_VARLEN_KNOWN_5_23
 
 PACK_VARLEN = register_adapter(Adapter(
     name="transformers.flattening_collator",
