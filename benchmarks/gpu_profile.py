@@ -26,14 +26,19 @@ def _wall(fn) -> float:
     return time.perf_counter() - start
 
 
+def _events(fn, activity: ProfilerActivity) -> list:
+    """The profiler's per-op averages of one call of `fn`, the device synchronized inside."""
+    with profile(activities=[activity]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return list(prof.key_averages())
+
+
 def profile_variant(name: str, fn) -> None:
     for _ in range(2):
         fn()
     wall = min(_wall(fn) for _ in range(3))
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+    events = [e for e in _events(fn, ProfilerActivity.CUDA) if e.device_time_total > 0]
     total = sum(e.self_device_time_total for e in events)
     print(f"--- {name}: wall {wall * 1e3:.2f} ms, kernels {total / 1e3:.2f} ms")
     for e in sorted(events, key=lambda e: -e.self_device_time_total)[:12]:
@@ -42,10 +47,7 @@ def profile_variant(name: str, fn) -> None:
 
 def host_profile(name: str, fn) -> None:
     """The host side of one call: the torch ops by self CPU time (top 12)."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    events = sorted(_events(fn, ProfilerActivity.CPU), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in events)
     print(f"--- {name} host ops: {total / 1e3:.2f} ms self CPU time in torch ops")
     for e in events[:12]:
@@ -77,10 +79,7 @@ def sweep(keys) -> None:
             for _ in range(2):
                 fn()
             wall = min(_wall(fn) for _ in range(10))
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                fn()
-                torch.cuda.synchronize()
-            triton = sum(e.self_device_time_total for e in prof.key_averages()
+            triton = sum(e.self_device_time_total for e in _events(fn, ProfilerActivity.CUDA)
                          if e.self_device_time_total > 0 and not e.key.startswith(
                              ("void", "Memcpy", "Memset")))
             print(f"  BLOCK {block:5d} warps {warps}{' flat' if flat else '':5s}: wall "

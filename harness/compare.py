@@ -176,22 +176,22 @@ def _diff_tensor(expected: Any, actual: Any, path: str, allow_device: bool):
     if expected.shape != actual.shape:
         return path, f"shape differs: expected {tuple(expected.shape)}, "\
             f"got {tuple(actual.shape)}", _rows_of_shape(expected, actual), {}
-    e_bits, a_bits = _bits(expected.detach().cpu()), _bits(actual.detach().cpu())
-    differ = e_bits != a_bits
-    if allow_device and expected.is_floating_point():  # a NaN's sign and payload: the device's
-        differ &= ~(expected.detach().cpu().isnan() & actual.detach().cpu().isnan())
+    e, a = expected.detach().cpu(), actual.detach().cpu()  # one copy each from a device
+    differ = _bits(e) != _bits(a)
+    if allow_device and e.is_floating_point():  # a NaN's sign and payload: the device's
+        differ &= ~(e.isnan() & a.isnan())
     if not bool(differ.any()):
         return None
     where = differ.nonzero()
     first = tuple(int(i) for i in where[0])
-    e_val, a_val = expected.detach().cpu()[first].item(), actual.detach().cpu()[first].item()
+    e_val, a_val = e[first].item(), a[first].item()
     rows = sorted({int(w[0]) for w in where}) if expected.dim() >= 2 else []
     columns = {r: sorted({int(w[-1]) for w in where if int(w[0]) == r}) for r in rows[:2]}
     text = (f"values differ: first mismatch at {list(first)}: expected {e_val!r}, actual {a_val!r} "
             f"({int(differ.sum())} elements in {max(len(rows), 1)} row(s)); "
             f"shape {tuple(expected.shape)}, {expected.dtype}")
     if expected.is_floating_point() and e_val == 0 and a_val == 0:
-        text += _beyond_signed_zeros(expected.detach().cpu(), actual.detach().cpu(), differ)
+        text += _beyond_signed_zeros(e, a, differ)
     return path, text, rows, columns
 
 

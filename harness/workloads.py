@@ -77,8 +77,7 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
     r_width = max(len(r) for r in responses)
     outputs = [((batch, width), torch.int64)] * 3 + [((batch, r_width), torch.int64)] + \
         [((batch, r_width), torch.float32)] * 3
-    output_bytes = sum(int(np.prod(s)) * torch.empty((), dtype=d).element_size()
-                       for s, d in outputs)
+    output_bytes = _bytes(outputs)
     jagged = {name: hs.jagged(rows, torch.float32, device) for name, rows in per_token.items()}
     j_prompts = hs.jagged(prompts, torch.int64, device)
     j_responses = hs.jagged(responses, torch.int64, device)
@@ -165,8 +164,7 @@ def rl_batch_device_workload(batch: int = 8192, device: str = "cpu", seed: int =
     width, r_width = int((p_len + r_len).max()), int(r_len.max())
     outputs = [((batch, width), torch.int64)] * 3 + [((batch, r_width), torch.int64)] + \
         [((batch, r_width), torch.float32)] * 3
-    output_bytes = sum(int(np.prod(s)) * torch.empty((), dtype=d).element_size()
-                       for s, d in outputs)
+    output_bytes = _bytes(outputs)
     variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
         "impl (jagged)": lambda: impl.build_rl_batch(prompts, responses, pad_token_id=0,
                                                      **values),
@@ -331,7 +329,7 @@ def pack_varlen_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) 
     response_tokens = sum(len(r) for r in responses)
     padded = -(-tokens // 128) * 128
     outputs = [((1, padded), torch.int64)] * 2 + [((response_tokens,), torch.int64)] * 3
-    output_bytes = sum(int(np.prod(s)) * 8 for s, _ in outputs)
+    output_bytes = _bytes(outputs)
     j_prompts = hs.jagged(prompts, torch.int64, device)
     j_responses = hs.jagged(responses, torch.int64, device)
 

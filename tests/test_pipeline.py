@@ -219,7 +219,9 @@ def test_to_canonical_docstring_example() -> None:
 
 
 def bf16_record(device: str = "cuda"):
-    """pipeline.rl_step with every drawn and pinned step's model in bfloat16 on `device`."""
+    """pipeline.rl_step with every drawn and pinned step's model in bfloat16 on `device`: on
+    CUDA, the reference's dense per-sample forwards against the impl's packed ones, compared
+    with the bfloat16 logprob tolerance (`ops.pipeline.model_dtype`)."""
     info = registry.get("pipeline.rl_step")
 
     def moved(case):
@@ -231,23 +233,16 @@ def bf16_record(device: str = "cuda"):
     return dataclasses.replace(info, valid=info.valid.map(moved), pins=pins)
 
 
-def bf16_cuda_record():
-    """pipeline.rl_step with every drawn and pinned step run on a bfloat16 CUDA model: the
-    reference's dense per-sample forwards against the impl's packed ones, compared with the
-    bfloat16 logprob tolerance (`ops.pipeline.model_dtype`)."""
-    return bf16_record("cuda")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("check", registry.get("pipeline.rl_step").check_names())
 def test_rl_step_in_bfloat16_on_cuda(check: str) -> None:
-    run_check(bf16_cuda_record(), check, device="cuda")
+    run_check(bf16_record("cuda"), check, device="cuda")
 
 
 def test_bf16_record_keeps_every_check_and_moves_only_the_model() -> None:
     """The CUDA bfloat16 variant has the record's checks, and its cases differ only in the
     model (so the test above is the record's property in bfloat16, not another one)."""
-    info, variant = registry.get("pipeline.rl_step"), bf16_cuda_record()
+    info, variant = registry.get("pipeline.rl_step"), bf16_record("cuda")
     assert variant.check_names() == info.check_names()
     for pin, moved in zip(info.pins, variant.pins):
         assert moved.case.args == pin.case.args and moved.case.kwargs == pin.case.kwargs

@@ -37,63 +37,39 @@ COPY, ONES, MASK = 1, 2, 3  # what a response tensor gets (a constexpr of the re
 if triton is not None:  # the kernels (their annotations need triton.language)
 
     def _sequence_rows(ids_ptr, attention_ptr, positions_ptr, p_flat_ptr, p_off_ptr, r_flat_ptr,
-                       r_off_ptr, start_ptr, width, pad, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
-        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        p0 = tl.load(p_off_ptr + row)
-        p = tl.load(p_off_ptr + row + 1) - p0
-        r0 = tl.load(r_off_ptr + row)
-        r = tl.load(r_off_ptr + row + 1) - r0
-        s = tl.load(start_ptr + row)
-        n = p + r
-        in_prompt = (cols >= s) & (cols < s + p)
-        in_response = (cols >= s + p) & (cols < s + n)
-        tokens = tl.where(in_prompt, tl.load(p_flat_ptr + p0 + cols - s, mask=in_prompt, other=0),
-                          tl.load(r_flat_ptr + r0 + cols - s - p, mask=in_response, other=0))
-        real = in_prompt | in_response
-        last = tl.maximum(n - 1, 0)
-        positions = tl.where(cols < s, 0, tl.where(real, cols - s, last))
-        inside = cols < width
-        at = row * width + cols
-        tl.store(ids_ptr + at, tl.where(real, tokens, pad), mask=inside)
-        tl.store(attention_ptr + at, real.to(tl.int64), mask=inside)
-        tl.store(positions_ptr + at, positions.to(tl.int64), mask=inside)
-
-
-    def _sequence_flat(ids_ptr, attention_ptr, positions_ptr, p_flat_ptr, p_off_ptr,
-                       r_flat_ptr, r_off_ptr, start_ptr, width, total, first, pad,
-                       BLOCK: tl.constexpr, TAIL: tl.constexpr):
-        """`_sequence_rows` over the flat (B * W) outputs: program k writes elements
-        [(first + k) * BLOCK, ... + BLOCK), aligned, so its stores are 16 bytes wide whatever
-        W; only the TAIL program (the last, partial chunk) masks them."""
-        at = (first + tl.program_id(0)).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        if TAIL:
-            at = tl.minimum(at, total - 1)  # past the end: the last element, not stored
-        row = at // width
-        cols = at - row * width
-        p0 = tl.load(p_off_ptr + row)
-        p = tl.load(p_off_ptr + row + 1) - p0
-        r0 = tl.load(r_off_ptr + row)
-        r = tl.load(r_off_ptr + row + 1) - r0
-        s = tl.load(start_ptr + row)
-        n = p + r
-        in_prompt = (cols >= s) & (cols < s + p)
-        in_response = (cols >= s + p) & (cols < s + n)
-        tokens = tl.where(in_prompt, tl.load(p_flat_ptr + p0 + cols - s, mask=in_prompt, other=0),
-                          tl.load(r_flat_ptr + r0 + cols - s - p, mask=in_response, other=0))
-        real = in_prompt | in_response
-        last = tl.maximum(n - 1, 0)
-        positions = tl.where(cols < s, 0, tl.where(real, cols - s, last))
-        at = (first + tl.program_id(0)).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        if TAIL:
-            inside = at < total
-            tl.store(ids_ptr + at, tl.where(real, tokens, pad), mask=inside)
-            tl.store(attention_ptr + at, real.to(tl.int64), mask=inside)
-            tl.store(positions_ptr + at, positions.to(tl.int64), mask=inside)
+                       r_off_ptr, start_ptr, width, total, first, pad, BLOCK: tl.constexpr,
+                       CHUNKS: tl.constexpr, TAIL: tl.constexpr):
+        """input_ids, attention_mask, position_ids. A program writes BLOCK columns of one row
+        (grid (B, cdiv(W, BLOCK))), or with CHUNKS the aligned flat chunk
+        [(first + k) * BLOCK, ... + BLOCK) of the (B * W) outputs, so its stores are 16 bytes
+        wide whatever W (only the TAIL chunk, the last and partial one, masks them)."""
+        if CHUNKS:
+            flat = (first + tl.program_id(0)).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+            at = tl.minimum(flat, total - 1) if TAIL else flat  # past the end: not stored
+            row = at // width
+            cols = at - row * width
+            inside = flat < total if TAIL else None
         else:
-            tl.store(ids_ptr + at, tl.where(real, tokens, pad))
-            tl.store(attention_ptr + at, real.to(tl.int64))
-            tl.store(positions_ptr + at, positions.to(tl.int64))
+            row = tl.program_id(0)
+            cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+            flat = row * width + cols
+            inside = cols < width
+        p0 = tl.load(p_off_ptr + row)
+        p = tl.load(p_off_ptr + row + 1) - p0
+        r0 = tl.load(r_off_ptr + row)
+        r = tl.load(r_off_ptr + row + 1) - r0
+        s = tl.load(start_ptr + row)
+        n = p + r
+        in_prompt = (cols >= s) & (cols < s + p)
+        in_response = (cols >= s + p) & (cols < s + n)
+        tokens = tl.where(in_prompt, tl.load(p_flat_ptr + p0 + cols - s, mask=in_prompt, other=0),
+                          tl.load(r_flat_ptr + r0 + cols - s - p, mask=in_response, other=0))
+        real = in_prompt | in_response
+        last = tl.maximum(n - 1, 0)
+        positions = tl.where(cols < s, 0, tl.where(real, cols - s, last))
+        tl.store(ids_ptr + flat, tl.where(real, tokens, pad), mask=inside)
+        tl.store(attention_ptr + flat, real.to(tl.int64), mask=inside)
+        tl.store(positions_ptr + flat, positions.to(tl.int64), mask=inside)
 
     def _response_rows(out_ptr, flat_ptr, r_off_ptr, r_start_ptr, width, MODE: tl.constexpr,
                        BLOCK: tl.constexpr):
@@ -114,7 +90,6 @@ if triton is not None:  # the kernels (their annotations need triton.language)
         tl.store(out_ptr + row * width + cols, written, mask=cols < width)
 
     _SEQUENCE_ROWS = triton.jit(_sequence_rows), InterpretedFunction(_sequence_rows)
-    _SEQUENCE_FLAT = triton.jit(_sequence_flat), InterpretedFunction(_sequence_flat)
     _RESPONSE_ROWS = triton.jit(_response_rows), InterpretedFunction(_response_rows)
 
 
@@ -131,17 +106,16 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     r_off = kernels.device_offsets(r_len)
     sequence = (out["input_ids"], out["attention_mask"], out["position_ids"],
                 p_flat.contiguous(), kernels.device_offsets(p_len), r_flat.contiguous(), r_off,
-                start.contiguous(), width)
-    if width and kernels.TRITON_FLAT_ROWS:
-        total = batch * width
-        full, rest = divmod(total, block)
+                start.contiguous(), width, batch * width)
+    if width and kernels.TRITON_FLAT_ROWS:  # aligned chunks: the full ones, then the tail
+        full, rest = divmod(batch * width, block)
         for count, first, tail in ((full, 0, False), (1 if rest else 0, full, True)):
             if count:
-                kernels.triton_launch(_SEQUENCE_FLAT, device, (count,), *sequence, total,
-                                      first, pad_token_id, BLOCK=block, TAIL=tail)
+                kernels.triton_launch(_SEQUENCE_ROWS, device, (count,), *sequence, first,
+                                      pad_token_id, BLOCK=block, CHUNKS=True, TAIL=tail)
     elif width:
         kernels.triton_launch(_SEQUENCE_ROWS, device, (batch, triton.cdiv(width, block)),
-                              *sequence, pad_token_id, BLOCK=block)
+                              *sequence, 0, pad_token_id, BLOCK=block, CHUNKS=False, TAIL=False)
     tensors = [(out["response_mask"], out["response_mask"], MASK)]
     for name, flat in values.items():
         if flat is None and name != ones:
