@@ -779,27 +779,27 @@ def _first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     tree[size + b] bin b's remaining (0 for bins not opened yet: no length >= 1 stops there).
     First fit never leaves two bins that together hold <= capacity, so it opens fewer than
     2 * total / capacity + 1 bins: the tree is sized by that bound. The walk (`_first_fit`)
-    runs compiled by Numba when the kernels are available, on Python lists otherwise.
+    runs compiled by Numba when the kernels are available, as Python on lists otherwise.
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)[::-1]  # ties: larger index 1st
     bound = min(len(lengths), 2 * -(-sum(lengths) // capacity) + 1)
     size = 1 << max(bound - 1, 1).bit_length()
-    walk = sft_kernel.first_fit() if kernels.available() and capacity < 2**62 else None
-    if walk is None:
-        bin_of = [0] * len(order)
-        count = _first_fit(lengths, order, capacity, [0] * (2 * size), bin_of)
-    else:  # the same walk over int64 arrays, compiled (8192 lengths: ~2 ms instead of ~13)
-        array = np.empty(len(order), dtype=np.int64)
-        count = walk(np.asarray(lengths, dtype=np.int64), np.asarray(order, dtype=np.int64),
-                     capacity, np.zeros(2 * size, dtype=np.int64), array)
+    if kernels.available() and capacity < 2**62:  # compiled, over int64 arrays (8192 lengths:
+        array = np.empty(len(order), dtype=np.int64)  # ~2 ms instead of ~13)
+        count = _first_fit(np.asarray(lengths, dtype=np.int64), np.asarray(order, dtype=np.int64),
+                           capacity, np.zeros(2 * size, dtype=np.int64), array)
         bin_of = array.tolist()
+    else:
+        bin_of = [0] * len(order)
+        count = kernels.python(_first_fit)(lengths, order, capacity, [0] * (2 * size), bin_of)
     bins: list[list[int]] = [[] for _ in range(count)]
     for item, b in zip(order, bin_of):
         bins[b].append(item)
     return bins
 
 
-def _first_fit(lengths, order, capacity, tree, bin_of) -> int:
+@kernels.compiled
+def _first_fit(lengths, order, capacity, tree, bin_of):
     """Put item order[k] in the first bin that fits (bin_of[k]), k = 0, 1, ...; the number of
     bins. `tree`: 2 * size zeros (size a power of two >= the bins first fit can open)."""
     size = len(tree) // 2

@@ -97,15 +97,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(SFT, "_first_fit_decreasing", r"^size = 1 << max\(bound - 1, 1\)\.bit_length\(\)$",
                r"^size = (2 << max\(bound - 1, 1\)|1 << max\(bound \+ 1, 1\)"
                r"|1 << max\(bound - 1, 2\))\.bit_length\(\)$", TREE_SIZE),
-    Equivalent(SFT, "_first_fit_decreasing", r"^tree = \[0\] \* \(2 \* size\)$",
-               r"^tree = \[0\] \* \(3 \* size\)$",
-               "entries at index >= 2 * size are never read or written"),
-    Equivalent(SFT, "_first_fit_decreasing", r"^while node > 1:", r"^while node >= 1:",
-               "one more step past the root only reads and writes tree[0], which nothing else "
-               "reads (the root is tree[1]; the descent starts at node 2)"),
-    Equivalent(SFT, "_first_fit_decreasing", r"best = value if value > sibling else sibling",
-               r"best = value if value >= sibling else sibling",
-               "the larger of two values either way (equal values: the same number)"),
     Equivalent(SFT, "*", r'memoryview\(out\.numpy\(\)\)\.cast\("B"\)',
                r'memoryview\(out\.numpy\(\)\)\.cast\("b"\)',
                "struct.pack_into writes raw bytes into any writable buffer: a signed or unsigned "

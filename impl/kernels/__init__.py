@@ -30,6 +30,19 @@ else:
         numba.config.THREADING_LAYER = "workqueue"
 
 ENABLED = True  # tests switch it off to run the torch fallbacks on the CPU
+
+
+def compiled(function):
+    """`function` compiled by Numba (`njit(cache=True)`, on first call) where Numba is
+    installed, else `function` itself; `python(compiled(f))` is `f` either way. As a decorator
+    it keeps one source for both (mutmut, which skips decorated functions, leaves it alone)."""
+    return function if numba is None else numba.njit(cache=True)(function)
+
+
+def python(function):
+    """The plain Python function behind `compiled(function)`."""
+    return getattr(function, "py_func", function)
+
 TRITON = True  # the Triton kernels (impl/kernels/triton_*.py) on CUDA, when triton is installed
 TRITON_ON_CPU = False  # and on CPU tensors, under Triton's interpreter (the `triton` placement)
 TRITON_ASKED = 0  # how many times triton_applies() was asked (batchproof.placements.distinct)

@@ -172,22 +172,3 @@ def _scale(loss_flat: np.ndarray, loss_off: np.ndarray, order: np.ndarray,
                                           for i, t in zip(order, targets)]).tolist())
     return np.float32(1.0 / max(total, 1))
 
-
-_FIRST_FIT = []
-
-
-def first_fit():
-    """`impl.sft._first_fit` (first fit's segment-tree walk) compiled by Numba: the same
-    function, run over int64 arrays instead of Python lists (compiled on first use), or None
-    where Numba cannot compile it (under mutmut it is a trampoline: the Python walk runs)."""
-    if not _FIRST_FIT:
-        from batchproof.impl import sft
-
-        try:
-            walk = njit(cache=True)(sft._first_fit)
-            walk(np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64), 1,
-                 np.zeros(4, dtype=np.int64), np.empty(1, dtype=np.int64))
-        except Exception:  # noqa: BLE001 - any compile failure: the Python walk instead
-            walk = None
-        _FIRST_FIT.append(walk)
-    return _FIRST_FIT[0]
