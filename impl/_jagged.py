@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch.nested._internal.nested_tensor import NestedTensor
 
+from batchproof.impl._sync import documented
+
 
 def without_holes(value) -> bool:
     """A 2-D jagged tensor whose values are its rows back to back (no `lengths()`: no holes),
@@ -16,3 +18,10 @@ def without_holes(value) -> bool:
     """
     return (type(value) is NestedTensor and value._ragged_idx == 1 and value._lengths is None
             and value._values.dim() == 1)
+
+
+def rows_of(value) -> list:
+    """The rows of a jagged tensor, as a list of tensors: a documented host read (its offsets
+    and lengths), for the forms that are read row by row (holes, rows the reference rejects)."""
+    with documented():
+        return list(value.unbind())

@@ -28,6 +28,7 @@ import numbers
 import torch
 from tensordict import TensorDict
 
+from batchproof.impl._sync import documented, host_put
 from batchproof.impl.sft import ffd_bins
 from batchproof.reference.balance import (  # the contract's argument checks, shared with the oracle
     _check_packed,
@@ -174,13 +175,13 @@ def restore_order(outputs, micro_batches):
     if rows.shape[0] != n:
         raise ValueError(f"outputs has {rows.shape[0]} rows, but micro_batches lists {n} indices")
     device = rows.device if rows.device is not None else torch.device("cpu")
-    perm = torch.tensor(order, dtype=torch.int64, device=device)
+    perm = torch.tensor(order, dtype=torch.int64)  # on the host, where micro_batches is
     if n and (int(perm.min()) < 0 or int(perm.max()) >= n
               or not bool((torch.bincount(perm, minlength=n) == 1).all())):
         raise ValueError("micro_batches must list every index in range(n) exactly once")
     inverse = torch.empty_like(perm)
-    inverse[perm] = torch.arange(n, dtype=torch.int64, device=device)
-    return rows[inverse]
+    inverse[perm] = torch.arange(n, dtype=torch.int64)
+    return rows[host_put(inverse, dtype=torch.int64, device=device)]
 
 
 def ulysses_pad(length, sp_size) -> int:
@@ -195,7 +196,8 @@ def ulysses_pad(length, sp_size) -> int:
 
 def pad_for_sequence_parallel(packed, sp_size) -> TensorDict:
     """Append one pad segment (token 0, positions 0..pad-1) so N is a multiple of `sp_size`."""
-    _check_packed(packed)
+    with documented():  # a validation verdict: cu_seqlens ends at N
+        _check_packed(packed)
     _positive_int(sp_size, "sp_size")
     input_ids = packed.get("input_ids")
     positions = packed.get("position_ids")

@@ -25,7 +25,8 @@ from tensordict import TensorDict
 
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows
-from batchproof.impl._jagged import without_holes
+from batchproof.impl._jagged import rows_of, without_holes
+from batchproof.impl._sync import documented, host_put, host_read
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.reference import rl_batch as _spec
 from batchproof.reference._checks import check_pad_token_id
@@ -75,7 +76,7 @@ def build_rl_batch(
 
     batch = p_len.numel()
     n_len = p_len + r_len
-    widths = torch.stack([n_len.max(), p_len.max(), r_len.max()]).tolist()  # one host read
+    widths = host_read(torch.stack([n_len.max(), p_len.max(), r_len.max()]))  # the widths
     max_total, max_prompt, max_response = widths
     width = max_total if layout == "left" else max_prompt + max_response
     if max_seq_len is not None and width > max_seq_len:
@@ -102,8 +103,7 @@ def build_rl_batch(
         out = _two_segment_masks(p_len, r_len, n_len, start, width, max_response)
     out = {"input_ids": input_ids} | out
     right_aligned = layout == "left"  # the response tensors of the left layout
-    keep = _response_rows(r_len, max_response, right_aligned,
-                          torch.tensor([0, -1], dtype=torch.int32, device=device))
+    keep = _response_rows(r_len, max_response, right_aligned, _pair(0, -1, torch.int32, device))
     for key in _VALUE_KEYS:
         values = per_token[key]
         if key in written:
@@ -112,7 +112,7 @@ def build_rl_batch(
             out[key] = _place_values(values, r_len, r_start, keep)
         elif key == "loss_mask":
             out[key] = _response_rows(r_len, max_response, right_aligned,
-                                      torch.tensor([0.0, 1.0], dtype=torch.float32, device=device))
+                                      _pair(0.0, 1.0, torch.float32, device))
 
     return _batch(out, batch, max_response, layout, pad_token_id)
 
@@ -215,6 +215,12 @@ def _pack_rows(out: torch.Tensor, code: str, rows, first_elements: np.ndarray) -
 # output byte once, from a base that stays in cache.
 
 
+def _pair(low, high, dtype: torch.dtype, device) -> torch.Tensor:
+    """[low, high] made on the device (`torch.tensor([low, high], device=...)` is a copy from
+    the host, which waits for the device on CUDA)."""
+    return torch.arange(2, dtype=dtype, device=device).mul_(high - low).add_(low)
+
+
 def _step_rows(counts, width, base_pair: torch.Tensor) -> torch.Tensor:
     """(B, width): row i is [low]*(width - counts[i]) + [high]*counts[i], base_pair = [low, high]."""
     base = base_pair.repeat_interleave(width)
@@ -237,9 +243,9 @@ def _left_masks(n_len, r_len, width, max_response) -> dict[str, torch.Tensor]:
     int64 = {"dtype": torch.int64, "device": n_len.device}
     positions = torch.cat([torch.zeros(width, **int64), torch.arange(width, **int64)])
     return {
-        "attention_mask": _step_rows(n_len, width, torch.tensor([0, 1], **int64)),
+        "attention_mask": _step_rows(n_len, width, _pair(0, 1, torch.int64, n_len.device)),
         "position_ids": positions.unfold(0, width, 1).index_select(0, n_len),
-        "response_mask": _step_rows(r_len, max_response, torch.tensor([0, 1], **int64)),
+        "response_mask": _step_rows(r_len, max_response, _pair(0, 1, torch.int64, n_len.device)),
     }
 
 
@@ -250,7 +256,7 @@ def _two_segment_masks(p_len, r_len, n_len, start, width, max_response):
     real = (columns >= start[:, None]) & (columns < (start + n_len)[:, None])
     position_ids = (columns - start[:, None]).clamp_(min=0)
     position_ids = torch.minimum(position_ids, (n_len - 1).clamp(min=0)[:, None])
-    one = torch.tensor([0, 1], dtype=torch.int64, device=p_len.device)
+    one = _pair(0, 1, torch.int64, p_len.device)
     return {
         "attention_mask": real.to(torch.int64),
         "position_ids": position_ids,
@@ -346,7 +352,7 @@ def _flatten_tokens(rows, name, device):
             return torch.diff(offsets), rows.values().to(device=device, dtype=torch.int64)
         # values() holds holes, or rows the reference rejects (not 1-D, not integer): read its
         # rows, as the reference does (its error names the row)
-        rows = list(rows.unbind())
+        rows = rows_of(rows)
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
         raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
     kinds = set(map(type, rows))
@@ -356,9 +362,9 @@ def _flatten_tokens(rows, name, device):
                 raise ValueError(f"{name}[{i}] must be 1-D, got shape {tuple(row.shape)}")
             if row.is_floating_point() or row.dtype == torch.bool:
                 raise TypeError(f"{name}[{i}] must hold integer token ids, got {row.dtype}")
-        lengths = torch.tensor([row.numel() for row in rows], dtype=torch.int64)
+        lengths = host_put([row.numel() for row in rows], dtype=torch.int64, device=device)
         flat = torch.cat([row.to(device=device, dtype=torch.int64) for row in rows])
-        return lengths.to(device), flat
+        return lengths, flat
     if kinds and not any(issubclass(k, torch.Tensor) for k in kinds):
         try:
             lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
@@ -369,11 +375,14 @@ def _flatten_tokens(rows, name, device):
         except (TypeError, ValueError, OverflowError):
             pass  # fall through to the row-by-row conversion, which names the row
         else:
-            return torch.from_numpy(lengths).to(device), torch.from_numpy(flat).to(device)
-    converted = [_spec._token_list(row, name, i) for i, row in enumerate(rows)]
-    lengths = torch.tensor([len(r) for r in converted], dtype=torch.int64)
-    flat = torch.tensor(list(itertools.chain.from_iterable(converted)), dtype=torch.int64)
-    return lengths.to(device), flat.to(device)
+            return (host_put(torch.from_numpy(lengths), dtype=torch.int64, device=device),
+                    host_put(torch.from_numpy(flat), dtype=torch.int64, device=device))
+    with documented():  # mixed rows (tensors among lists): read row by row, as the reference
+        converted = [_spec._token_list(row, name, i) for i, row in enumerate(rows)]
+    lengths = [len(r) for r in converted]
+    flat = list(itertools.chain.from_iterable(converted))
+    return (host_put(lengths, dtype=torch.int64, device=device),
+            host_put(flat, dtype=torch.int64, device=device))
 
 
 def _flatten_values(values, name, r_len, device, allow_scalar=False):
@@ -386,7 +395,7 @@ def _flatten_values(values, name, r_len, device, allow_scalar=False):
             _check_count(lengths.numel(), r_len.numel(), name)
             _check_lengths(lengths, r_len, name)
             return _Values(values.values().detach().to(device=device, dtype=torch.float32))
-        values = list(values.unbind())  # values() holds holes: read its rows, as the reference
+        values = rows_of(values)  # values() holds holes: read its rows, as the reference
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(f"{name} must be a list with one entry per sample, "
                         f"got {type(values).__name__}")
@@ -412,18 +421,22 @@ _PLAIN_NUMBERS = {float, int, bool}  # bool: 0.0 / 1.0, as the reference reads i
 
 
 def _flatten_mixed(values, name, r_len, device, allow_scalar):
-    """Row-by-row path: tensors, scalars, or anything the fast path could not convert."""
-    rows = _spec._per_token_values(values, name, r_len.tolist(), allow_scalar)
+    """Row-by-row path: tensors, scalars, or anything the fast path could not convert. Rows
+    given as tensors are read to the host here (a documented read: per-token values on the
+    device stay there as a jagged tensor)."""
+    with documented():
+        rows = _spec._per_token_values(values, name, r_len.tolist(), allow_scalar)
     is_scalar = [isinstance(row, float) for row in rows]
     lists = [row for row in rows if not isinstance(row, float)]
-    flat = torch.tensor(list(itertools.chain.from_iterable(lists)), dtype=torch.float32)
-    row_mask = torch.tensor([not s for s in is_scalar], dtype=torch.int64, device=device)
+    flat = host_put(list(itertools.chain.from_iterable(lists)), dtype=torch.float32,
+                    device=device)
+    row_mask = host_put([not s for s in is_scalar], dtype=torch.int64, device=device)
     scalars = None
     if any(is_scalar):
-        scalars = (torch.tensor(is_scalar, device=device),
-                   torch.tensor([row if s else 0.0 for row, s in zip(rows, is_scalar)],
-                                dtype=torch.float32, device=device))
-    return _Values(flat.to(device), row_mask, scalars)
+        scalars = (host_put(is_scalar, dtype=torch.bool, device=device),
+                   host_put([row if s else 0.0 for row, s in zip(rows, is_scalar)],
+                            dtype=torch.float32, device=device))
+    return _Values(flat, row_mask, scalars)
 
 
 def _check_count(count, batch, name):
@@ -434,10 +447,11 @@ def _check_count(count, batch, name):
 
 def _check_lengths(lengths, r_len, name):
     bad = lengths != r_len
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        raise ValueError(f"{name}[{i}] has {int(lengths[i])} entries, but response {i} has "
-                         f"{int(r_len[i])} tokens")
+    if host_read(bad.any()):  # a validation verdict
+        with documented():  # the error path: which row
+            i = int(bad.nonzero()[0])
+            raise ValueError(f"{name}[{i}] has {int(lengths[i])} entries, but response {i} has "
+                             f"{int(r_len[i])} tokens")
 
 
 def _output_device(device, prompts, responses):

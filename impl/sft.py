@@ -34,6 +34,7 @@ from tensordict import TensorDict, TensorDictBase
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths
 from batchproof.impl._jagged import without_holes
+from batchproof.impl._sync import documented, host_put, host_read
 from batchproof.impl.kernels import sft as sft_kernel
 from batchproof.reference._checks import check_pad_token_id
 from batchproof.reference.sft import (  # the contract's argument checks, shared with the oracle
@@ -530,9 +531,15 @@ def _attention_values(batch: Batch, device) -> torch.Tensor | None:
                         if m else torch.zeros(0, dtype=torch.uint8))
         else:
             _check_values(batch)
-    flat = torch.cat([r.to(device) for r in rows])
-    if batch.has_tensors and not bool(((flat == 0) | (flat == 1)).all()):
-        _check_values(batch)
+    given = [isinstance(m, torch.Tensor) for m in masks]
+    if not any(given):  # every row made here, on the host: one copy to the device
+        flat = host_put(torch.cat(rows), dtype=torch.uint8, device=device)
+    else:  # the given rows as they are, the ones made here copied
+        flat = torch.cat([r.to(device) if mine else host_put(r, dtype=r.dtype, device=device)
+                          for r, mine in zip(rows, given)])
+    if batch.has_tensors and not host_read(((flat == 0) | (flat == 1)).all()):  # a verdict
+        with documented():  # the error path: the reference's value pass names the row
+            _check_values(batch)
     return flat.to(torch.int64)
 
 
@@ -550,10 +557,10 @@ def _scale(values: torch.Tensor, total: float | None) -> torch.Tensor:
         total = 0.0
         if values.numel():
             integral = ((values.trunc() == values) & (values.abs() <= _EXACT_INTS)).all()
-            exact, total = torch.stack([integral.double(), values.double().sum()]).tolist()
-            if not exact:
-                total = exact_sum(values.tolist())
-    return torch.tensor(1.0 / max(total, 1), dtype=torch.float32, device=values.device)
+            exact, total = host_read(torch.stack([integral.double(), values.double().sum()]))
+            if not exact:  # fractions: their exact sum, on the host (math.fsum)
+                total = exact_sum(host_read(values))
+    return host_put([1.0 / max(total, 1)], dtype=torch.float32, device=values.device)[0]
 
 
 # -- validation (same checks, order and messages as reference.sft) ------------------------------
@@ -566,7 +573,8 @@ def _parse(examples, *, packed: bool = False) -> Batch:
         batch = _flat_batch(examples, packed)
         if batch is not None:
             return batch
-        examples = batch_rows(examples)
+        with documented():  # its rows, one by one (the forms _flat_batch does not take)
+            examples = batch_rows(examples)
     return _parse_examples(examples, packed=packed)
 
 
@@ -597,9 +605,10 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
               (loss_offsets[:1] == 0) & (loss_offsets[-1:] == loss_values.shape[0])]
     attention_values = None
     if attention is not None:
-        if attention._offsets is not ids_offsets and not torch.equal(attention._offsets,
-                                                                     ids_offsets):
-            return None
+        if attention._offsets is not ids_offsets:
+            if attention._offsets.shape != ids_offsets.shape:
+                return None
+            checks.append(attention._offsets == ids_offsets)
         attention_values = attention._values
         if fast_paths(device) and kernels.available():
             zero_one, all_ones = sft_kernel.zero_one(attention_values)
@@ -609,11 +618,15 @@ def _flat_batch(examples: TensorDictBase, packed: bool) -> Batch | None:
                 attention_values = None
         else:
             checks.append(_zero_one_check(attention_values, packed))
-    if not bool(torch.cat(checks).all()):
+    # one read: the verdict of every check, num_actions and the lengths
+    read = host_read(torch.cat([torch.cat(checks).all().reshape(1).long(), actions.long(),
+                                lengths.long()]))
+    if not read[0]:
         return None
     flat = Flat(ids_values, ids_offsets, _as_float32(loss_values), loss_offsets,
                 attention_values)
-    return Batch(num_actions=actions.tolist(), lengths=lengths.tolist(), has_tensors=True,
+    count = actions.shape[0]
+    return Batch(num_actions=read[1:1 + count], lengths=read[1 + count:], has_tensors=True,
                  flat=flat)
 
 
@@ -744,9 +757,10 @@ def _check_attention_all_ones(batch: Batch) -> None:
         elif m is not None:
             tensors.append(m)
     if tensors:
-        ok = ok and bool((torch.cat(tensors) == 1).all())
+        ok = ok and host_read((torch.cat(tensors) == 1).all())  # a verdict
     if not ok:
-        _check_values(batch)
+        with documented():  # the error path: the reference's value pass names the row
+            _check_values(batch)
 
 
 def _check_one_device(examples) -> None:
@@ -762,6 +776,9 @@ def _output_device(device, batch: Batch, examples) -> torch.device:
     if batch.flat is not None:
         return batch.flat.input_ids.device
     cpu = torch.device("cpu")
+    if isinstance(examples, TensorDictBase):  # (its rows are jagged: not read for this)
+        return next((leaf.device for leaf in examples.values(True, True)
+                     if isinstance(leaf, torch.Tensor)), cpu)
     if batch.has_tensors:  # the first tensor among the examples' values (has_tensors: one is)
         return next((value.device for ex in examples for value in ex.values()
                      if isinstance(value, torch.Tensor)), cpu)

@@ -14,6 +14,7 @@ import numbers
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from batchproof.impl._sync import Verdicts, host_put, host_read
 from batchproof.reference._checks import check_token_id
 from batchproof.reference.trainer import (  # the contract's argument checks, shared with the oracle
     _check_fields,
@@ -106,21 +107,22 @@ def real_rows(td) -> TensorDict:
         return td
     flags = _is_padding(td)
     _check_fields(td)
-    return td[~flags]
+    keep = ~flags
+    kept = torch.nonzero_static(keep, size=host_read(keep.sum())).flatten()  # the output size
+    return td[kept]
 
 
 def broadcast_stepwise_advantages(scalars, traj_ids, response_mask) -> torch.Tensor:
     """`adv[i, j] = scalars[traj_ids[i]]` where `response_mask[i, j] == 1`, else +0.0; float32."""
-    _check_response_mask(response_mask)
-    device = response_mask.device
-    ids = _traj_ids(traj_ids, response_mask.shape[0], device)
-    values = _scalars(scalars, device)
-    if ids.numel():
+    with Verdicts() as verdicts:  # the device's verdicts, read once, in the reference's order
+        _check_response_mask(response_mask, verdicts)
+        device = response_mask.device
+        ids = _traj_ids(traj_ids, response_mask.shape[0], device)
+        values = _scalars(scalars, device, verdicts)
         bad = (ids < 0) | (ids >= values.shape[0])
-        if bool(bad.any()):
-            row = int(bad.nonzero()[0, 0])
-            raise ValueError(f"traj_ids[{row}]={int(ids[row])} is out of range for "
-                             f"{values.shape[0]} trajectory scalars")
+        verdicts.add(bad.any(), lambda: ValueError(
+            f"traj_ids[{int(bad.nonzero()[0, 0])}]={int(ids[bad.nonzero()[0, 0]])} is out of "
+            f"range for {values.shape[0]} trajectory scalars"))
     per_row = values[ids].unsqueeze(1)
     return torch.where(response_mask == 1, per_row, 0.0)
 
@@ -191,16 +193,18 @@ def _is_padding(td) -> torch.Tensor:
     return flags
 
 
-def _check_response_mask(response_mask) -> None:
+def _check_response_mask(response_mask, verdicts: Verdicts) -> None:
     if not isinstance(response_mask, torch.Tensor):
         raise TypeError(f"response_mask must be a tensor, got {type(response_mask).__name__}")
     if response_mask.dim() != 2:
         raise ValueError(f"response_mask must be (B, R), got {tuple(response_mask.shape)}")
     bad = (response_mask != 0) & (response_mask != 1)
-    if bool(bad.any()):
+
+    def error() -> ValueError:
         row, column = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(f"response_mask[{row}] holds {response_mask[row, column].item()}; "
-                         "a mask holds 0 and 1 only")
+        return ValueError(f"response_mask[{row}] holds {response_mask[row, column].item()}; "
+                          "a mask holds 0 and 1 only")
+    verdicts.add(bad.any(), error)
 
 
 def _traj_ids(traj_ids, batch, device) -> torch.Tensor:
@@ -217,14 +221,14 @@ def _traj_ids(traj_ids, batch, device) -> torch.Tensor:
         for i, value in enumerate(traj_ids):
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise TypeError(f"traj_ids[{i}] must be an int, got {type(value).__name__}")
-        ids = torch.tensor([int(v) for v in traj_ids], dtype=torch.int64, device=device)
+        ids = host_put([int(v) for v in traj_ids], dtype=torch.int64, device=device)
     if ids.shape[0] != batch:
         raise ValueError(f"traj_ids has {ids.shape[0]} entries, but response_mask has "
                          f"{batch} rows")
     return ids
 
 
-def _scalars(scalars, device) -> torch.Tensor:
+def _scalars(scalars, device, verdicts: Verdicts) -> torch.Tensor:
     if isinstance(scalars, torch.Tensor):
         if scalars.dim() != 1:
             raise ValueError(f"scalars must be 1-D, got {tuple(scalars.shape)}")
@@ -238,11 +242,13 @@ def _scalars(scalars, device) -> torch.Tensor:
         for i, value in enumerate(scalars):
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise TypeError(f"scalars[{i}] must be a real number, got {type(value).__name__}")
-        values = torch.tensor([float(v) for v in scalars], dtype=torch.float32, device=device)
-    finite = torch.isfinite(values)
-    if not bool(finite.all()):
-        index = int((~finite).nonzero()[0, 0])
-        raise ValueError(f"scalars[{index}]={values[index].item()} is not finite (in float32)")
+        values = host_put([float(v) for v in scalars], dtype=torch.float32, device=device)
+    infinite = ~torch.isfinite(values)
+
+    def error() -> ValueError:
+        index = int(infinite.nonzero()[0, 0])
+        return ValueError(f"scalars[{index}]={values[index].item()} is not finite (in float32)")
+    verdicts.add(infinite.any(), error)
     return values
 
 

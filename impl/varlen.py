@@ -32,7 +32,8 @@ from tensordict import TensorDict, TensorDictBase
 
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows, small_int_rows
-from batchproof.impl._jagged import without_holes
+from batchproof.impl._jagged import rows_of, without_holes
+from batchproof.impl._sync import callers_code, documented, host_put, host_read
 from batchproof.impl.kernels import varlen as varlen_kernel
 from batchproof.reference._checks import check_pad_token_id
 from batchproof.reference.varlen import (  # the contract's argument checks, shared with the oracle
@@ -69,31 +70,45 @@ class _Samples:
 
 def _samples(prompts, responses, device: torch.device) -> _Samples:
     """Validate like the reference (same order, same exception types) and flatten onto `device`."""
-    p_tokens, p_lengths = _flatten(prompts, "prompts", device)
-    r_tokens, r_lengths = _flatten(responses, "responses", device)
+    p_tokens, p_lengths, p_host = _flatten(prompts, "prompts", device)
+    r_tokens, r_lengths, r_host = _flatten(responses, "responses", device)
     if p_lengths.shape[0] != r_lengths.shape[0]:
         raise ValueError(f"prompts and responses must have the same length, got "
                          f"{p_lengths.shape[0]} prompts and {r_lengths.shape[0]} responses")
     if p_lengths.shape[0] == 0:
         raise ValueError("prompts is empty: a batch needs at least one sample")
-    unscorable = ((p_lengths == 0) & (r_lengths > 0)).nonzero()
+    p_host, r_host = _host_lengths(p_lengths, p_host, r_lengths, r_host)
+    unscorable = ((p_host == 0) & (r_host > 0)).nonzero()
     if unscorable.numel():
         k = int(unscorable[0])
         raise ValueError(
-            f"sample {k} has an empty prompt and a response of {int(r_lengths[k])} tokens: its "
+            f"sample {k} has an empty prompt and a response of {int(r_host[k])} tokens: its "
             "first response token has no logit in its own segment (packed, it would read "
             "the previous sample's last logit)")
-    return _Samples(p_tokens, r_tokens, p_lengths.to(device), r_lengths.to(device),
-                    p_lengths, r_lengths)
+    return _Samples(p_tokens, r_tokens, p_lengths, r_lengths, p_host, r_host)
 
 
-def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(flat int64 tokens on `device`, int64 lengths on the CPU) of one list of token rows."""
+def _host_lengths(p_lengths, p_host, r_lengths, r_host) -> tuple[torch.Tensor, torch.Tensor]:
+    """The host's copies of the lengths (shapes and validation need them): the ones not known
+    already (a jagged input's) in one documented read."""
+    unknown = [device for device, host in ((p_lengths, p_host), (r_lengths, r_host))
+               if host is None]
+    if unknown:
+        read = iter(torch.tensor(host_read(torch.stack(unknown)), dtype=torch.int64)
+                    .reshape(len(unknown), -1))
+        p_host = next(read) if p_host is None else p_host
+        r_host = next(read) if r_host is None else r_host
+    return p_host, r_host
+
+
+def _flatten(rows, name: str, device: torch.device):
+    """(flat int64 tokens, int64 lengths) on `device`, and the lengths on the host where they
+    are known without reading the device (None for a jagged tensor's), of one list of rows."""
     if without_holes(rows):
         if rows.size(0) > 0:
             _check_token_dtype(rows.dtype, f"{name}[0]")  # the reference checks row by row
         values = rows.values().to(device=device, dtype=torch.int64)
-        return values, rows.offsets().diff().cpu().to(torch.int64)
+        return values, rows.offsets().diff().to(device=device, dtype=torch.int64), None
     rows = _rows(rows, name)
     if all(isinstance(row, (list, tuple)) for row in rows):
         flat = _flatten_lists(rows, device)
@@ -103,8 +118,16 @@ def _flatten(rows, name: str, device: torch.device) -> tuple[torch.Tensor, torch
     # raises its error, naming the row, for a value that is not an int within int64)
     parts = [_row_tensor(row, name, k) for k, row in enumerate(rows)]
     lengths = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
-    flat = torch.cat([p.to(device) for p in parts]) if parts else torch.zeros(0, dtype=torch.int64)
-    return flat.to(device=device, dtype=torch.int64), lengths
+    flat = torch.cat([_on(p, device) for p in parts]) if parts else \
+        torch.zeros(0, dtype=torch.int64, device=device)
+    return flat.to(dtype=torch.int64), host_put(lengths, dtype=torch.int64, device=device), lengths
+
+
+def _on(part: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A row on `device`: a row given on the host is copied without making the host wait."""
+    if part.device == torch.device(device):
+        return part
+    return host_put(part, dtype=part.dtype, device=device)
 
 
 def _flatten_lists(rows, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -117,13 +140,14 @@ def _flatten_lists(rows, device: torch.device) -> tuple[torch.Tensor, torch.Tens
         values = np.array(flat, dtype=np.int64)
     except OverflowError:
         return None
-    return torch.from_numpy(values).to(device), torch.tensor(list(map(len, rows)),
-                                                             dtype=torch.int64)
+    lengths = torch.tensor(list(map(len, rows)), dtype=torch.int64)
+    return (host_put(torch.from_numpy(values), dtype=torch.int64, device=device),
+            host_put(lengths, dtype=torch.int64, device=device), lengths)
 
 
 def _rows(rows, name: str) -> list:
     if isinstance(rows, torch.Tensor) and rows.is_nested:
-        return list(rows.unbind())
+        return rows_of(rows)
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
         raise TypeError(f"{name} must be a sequence of token sequences, got {type(rows).__name__}")
     return list(rows)
@@ -408,10 +432,19 @@ def unpad(x, attention_mask):
     """
     _check_unpad_args(x, attention_mask)
     flat_mask = attention_mask.reshape(-1)
-    indices = torch.nonzero(flat_mask, as_tuple=False).flatten()
     row_sums = attention_mask.sum(dim=-1, dtype=torch.int32)
+    # one read: the mask's verdict (values other than 0 and 1), the output's size, max_seqlen
+    outside = (attention_mask != 0) & (attention_mask != 1)
+    longest = torch.cat([row_sums, row_sums.new_zeros(1)]).max()
+    bad, real, max_seqlen = host_read(torch.stack(
+        [outside.any().long(), (flat_mask != 0).sum(), longest.long()]))
+    if bad:
+        with documented():  # the error path: which row
+            b, s = (int(i) for i in outside.nonzero()[0])
+            raise ValueError(f"attention_mask[{b}] holds {int(attention_mask[b, s])}: a mask "
+                             "holds only 0 and 1")
+    indices = torch.nonzero_static(flat_mask, size=real).flatten()
     cu_seqlens = torch.nn.functional.pad(torch.cumsum(row_sums, 0, dtype=torch.int32), (1, 0))
-    max_seqlen = int(row_sums.max()) if row_sums.numel() else 0
     values = x.reshape(-1, *x.shape[2:])[indices]
     return values, indices, cu_seqlens, max_seqlen
 
@@ -431,12 +464,6 @@ def _check_unpad_args(x, attention_mask) -> None:
                          f"{tuple(attention_mask.shape)} + (...), got {tuple(x.shape)}")
     if x.device != attention_mask.device:
         raise ValueError(f"x is on {x.device} but attention_mask is on {attention_mask.device}")
-    if attention_mask.dtype != torch.bool:
-        outside = ((attention_mask != 0) & (attention_mask != 1)).nonzero()
-        if outside.numel():
-            b, s = (int(i) for i in outside[0])
-            raise ValueError(f"attention_mask[{b}] holds {int(attention_mask[b, s])}: a mask "
-                             "holds only 0 and 1")
 
 
 def repad(values, indices, batch, seqlen) -> torch.Tensor:
@@ -467,18 +494,20 @@ def _check_repad_args(values, indices, batch, seqlen) -> None:
         return
     size = batch * seqlen
     outside = (indices < 0) | (indices >= size)
-    # a repeat: an entry after its value's first occurrence (torch.unique groups the values)
-    _, inverse = torch.unique(indices, return_inverse=True)
-    order = torch.arange(indices.numel(), device=indices.device)
-    first = torch.full_like(order, indices.numel()).scatter_reduce_(0, inverse, order, "amin")
-    bad = (outside | (first[inverse] != order)).nonzero()
-    if bad.numel():  # the first bad entry, named as the reference (which reads them in order)
-        i = int(bad[0])
-        value = int(indices[i])
-        if 0 <= value < size:
-            raise ValueError(f"indices[{i}] = {value} repeats an earlier index")
-        raise ValueError(f"indices[{i}] = {value} is outside [0, {size}) "
-                         f"(batch {batch} x seqlen {seqlen})")
+    # a repeat: an entry after its value's first occurrence. A stable sort keeps equal values
+    # in their order, so every entry of a run of equal values but the first is a repeat
+    ordered, where = torch.sort(indices, stable=True)
+    repeat = torch.zeros_like(outside)
+    repeat[where[1:]] = ordered[1:] == ordered[:-1]
+    bad = outside | repeat
+    if host_read(bad.any()):  # a validation verdict
+        with documented():  # the first bad entry, named as the reference (which reads in order)
+            i = int(bad.nonzero()[0])
+            value = int(indices[i])
+            if 0 <= value < size:
+                raise ValueError(f"indices[{i}] = {value} repeats an earlier index")
+            raise ValueError(f"indices[{i}] = {value} is outside [0, {size}) "
+                             f"(batch {batch} x seqlen {seqlen})")
 
 
 # --------------------------------------------------------------------------------------------
@@ -559,11 +588,13 @@ def _with_responses(samples: _Samples) -> _Samples:
         return samples
     kept = torch.nonzero(keep).flatten()
     device = samples.prompt_tokens.device
-    p_keep = torch.repeat_interleave(keep, samples.host_prompt_lengths).to(device)
-    r_keep = torch.repeat_interleave(keep, samples.host_response_lengths).to(device)
+    p_keep = torch.repeat_interleave(keep, samples.host_prompt_lengths).nonzero().flatten()
+    r_keep = torch.repeat_interleave(keep, samples.host_response_lengths).nonzero().flatten()
+    on_device = [host_put(index, dtype=torch.int64, device=device)
+                 for index in (p_keep, r_keep, kept)]
     return _Samples(
-        samples.prompt_tokens[p_keep], samples.response_tokens[r_keep],
-        samples.prompt_lengths[kept.to(device)], samples.response_lengths[kept.to(device)],
+        samples.prompt_tokens[on_device[0]], samples.response_tokens[on_device[1]],
+        samples.prompt_lengths[on_device[2]], samples.response_lengths[on_device[2]],
         samples.host_prompt_lengths[kept], samples.host_response_lengths[kept],
     )
 
@@ -592,17 +623,19 @@ def _row_slice(row: TensorDict, start: int, end: int, pad_to_multiple: int):
 
 def _forward_position_ids(model, input_ids, position_ids, keep) -> torch.Tensor:
     """Logits (len(keep), V) of one packed row: transformers isolates the samples itself."""
-    out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None,
-                use_cache=False, logits_to_keep=keep)
+    with callers_code():
+        out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=None,
+                    use_cache=False, logits_to_keep=keep)
     return out.logits[0]
 
 
 def _forward_with_mask(model, input_ids, position_ids, keep) -> torch.Tensor:
     """Logits (len(keep), V) of one packed row under an explicit block-diagonal causal mask."""
     dtype = next(model.parameters()).dtype
-    out = model(input_ids=input_ids, position_ids=position_ids,
-                attention_mask=_block_causal_mask(position_ids[0], dtype), use_cache=False,
-                logits_to_keep=keep)
+    mask = _block_causal_mask(position_ids[0], dtype)
+    with callers_code():
+        out = model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask,
+                    use_cache=False, logits_to_keep=keep)
     return out.logits[0]
 
 
@@ -672,12 +705,13 @@ _UPGRADE = ("the installed transformers {what}: a packed forward would let sampl
 
 
 def _check_vocab(tokens: torch.Tensor, lengths: torch.Tensor, name: str, vocab: int) -> None:
-    outside = ((tokens < 0) | (tokens >= vocab)).nonzero()
-    if outside.numel():
-        first = int(outside[0])
-        row = int(torch.searchsorted(torch.cumsum(lengths, 0), first, right=True))
-        raise ValueError(f"{name}[{row}] holds token id {int(tokens[first])}, outside the "
-                         f"model's vocabulary [0, {vocab})")
+    outside = (tokens < 0) | (tokens >= vocab)
+    if host_read(outside.any()):  # a validation verdict
+        with documented():  # the error path: which row
+            first = int(outside.nonzero()[0])
+            row = int(torch.searchsorted(torch.cumsum(lengths, 0), first, right=True))
+            raise ValueError(f"{name}[{row}] holds token id {int(tokens[first])}, outside the "
+                             f"model's vocabulary [0, {vocab})")
 
 
 def _check_budget(samples: _Samples, max_tokens_per_batch) -> None:

@@ -57,12 +57,12 @@ def _swapped(function: Callable, **steps: Callable) -> Callable:
 def _samples_accepting_empty_prompts(prompts, responses, device):
     """`_samples` without the p == 0 < r check: predict_index off_k - 1 reads the previous
     sample's last position (or, for sample 0, wraps around to the end of the row)."""
-    p_tokens, p_lengths = _impl._flatten(prompts, "prompts", device)
-    r_tokens, r_lengths = _impl._flatten(responses, "responses", device)
+    p_tokens, p_lengths, p_host = _impl._flatten(prompts, "prompts", device)
+    r_tokens, r_lengths, r_host = _impl._flatten(responses, "responses", device)
     if p_lengths.shape[0] != r_lengths.shape[0] or p_lengths.shape[0] == 0:
         raise ValueError("prompts and responses must have the same, non-zero length")
-    return _impl._Samples(p_tokens, r_tokens, p_lengths.to(device), r_lengths.to(device),
-                          p_lengths, r_lengths)
+    p_host, r_host = _impl._host_lengths(p_lengths, p_host, r_lengths, r_host)
+    return _impl._Samples(p_tokens, r_tokens, p_lengths, r_lengths, p_host, r_host)
 
 
 def _edited(**edits: Callable) -> Callable:
