@@ -82,7 +82,8 @@ class Verdicts:
         with Verdicts() as verdicts:
             verdicts.add((mask > 1).any(), lambda: ValueError("mask holds values beyond 1"))
             check_shape_on_host(ids)          # its error waits for the mask's verdict
-        # leaving the block settles the rest
+            width = verdicts.settle(also=lengths.max())[0]  # the verdicts and a width: one read
+        # leaving the block settles what is still queued
     """
 
     def __init__(self) -> None:
@@ -92,15 +93,21 @@ class Verdicts:
         """Queue a verdict: `error()` (an exception, built after the read) if `bad` is True."""
         self.pending.append((bad, error))
 
-    def settle(self) -> None:
+    def settle(self, also: torch.Tensor | None = None) -> list:
+        """Read the queued verdicts, with `also` (integer values the caller needs on the host,
+        such as output widths) in the same transfer; raise the first bad verdict's error;
+        return `also`'s values as a list."""
         pending, self.pending = self.pending, []
-        if not pending:
-            return
-        flags = host_read(torch.stack([bad.reshape(()) for bad, _ in pending]))
-        for flag, (_, error) in zip(flags, pending):
+        parts = [bad.reshape(1).long() for bad, _ in pending]
+        parts += [] if also is None else [also.reshape(-1).long()]
+        if not parts:
+            return []
+        read = host_read(torch.cat(parts))
+        for flag, (_, error) in zip(read, pending):
             if flag:
                 with documented():  # the error path: which row, which value
                     raise error()
+        return read[len(pending):]
 
     def __enter__(self) -> Verdicts:
         return self

@@ -11,8 +11,10 @@ happens here on the batch's device:
     nest                       values = field[rows, cols]          reads only the real elements
     unnest                     dense = full(pad); dense[rows, cols] = values
 
-Host round trips: the number of runs and of real tokens of each mask (output sizes), and one flag
-per validity check.
+Host reads (`impl._sync`, docs/performance.md "Host reads"): the number of runs and of real
+tokens of each mask (output sizes) with its 0/1 verdict, in one read per mask; a derived mask's
+kept runs; an encoding's bounds and verdicts; a jagged field's bounds with its row-length
+verdict.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import torch
 from tensordict import TensorDict
 
 from batchproof.impl import kernels
+from batchproof.impl._cpu import fast_paths
+from batchproof.impl._sync import Verdicts, documented, host_read
 from batchproof.reference import nesting as _spec
 from batchproof.reference.nesting import (  # noqa: F401 - the shared contract, re-exported
     ATTENTION_MASK,
@@ -52,6 +56,7 @@ class _Runs:
     rows: torch.Tensor  # (n_runs,) int64
     starts: torch.Tensor  # (n_runs,) int64
     lengths: torch.Tensor  # (n_runs,) int64
+    total: int  # ones in the mask (read with the runs' count: the jagged values' size)
 
     @property
     def device(self) -> torch.device:
@@ -59,18 +64,16 @@ class _Runs:
 
     def run_offsets(self) -> torch.Tensor:
         """(B+1,) int64: runs of row i are runs[offsets[i]:offsets[i+1]]."""
-        counts = torch.bincount(self.rows, minlength=self.batch)
-        return _exclusive_cumsum(counts)
+        counts = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
+        return _exclusive_cumsum(counts.index_add_(0, self.rows, torch.ones_like(self.rows)))
 
     def row_totals(self) -> torch.Tensor:
         """(B,) int64: ones per row."""
-        totals = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
-        return totals.index_add_(0, self.rows, self.lengths)
+        return self._totals(self.lengths)
 
-    @cached_property
-    def total(self) -> int:
-        """Ones in the mask (a host sync on CUDA, asked once)."""
-        return int(self.lengths.sum())
+    def _totals(self, lengths: torch.Tensor) -> torch.Tensor:
+        totals = torch.zeros(self.batch, dtype=torch.int64, device=self.device)
+        return totals.index_add_(0, self.rows, lengths)
 
     @cached_property
     def tokens(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,16 +95,27 @@ class _Runs:
         rows, cols = self.tokens
         return rows * self.width + cols
 
-    def split(self, at: int, left: bool) -> _Runs:
-        """The runs of mask[:, :at] (left) or of mask[:, at:] (right), from these runs."""
+    def split_lengths(self, at: int, left: bool) -> torch.Tensor:
+        """Each run's length within mask[:, :at] (left) or mask[:, at:] (right), 0 outside."""
         ends = self.starts + self.lengths
         if left:
-            keep = self.starts < at
-            starts, lengths = self.starts[keep], torch.clamp(ends[keep], max=at) - self.starts[keep]
-            return _Runs(self.batch, at, self.rows[keep], starts, lengths)
-        keep = ends > at
-        starts = torch.clamp(self.starts[keep], min=at)
-        return _Runs(self.batch, self.width - at, self.rows[keep], starts - at, ends[keep] - starts)
+            return (torch.clamp(ends, max=at) - self.starts).clamp_(min=0)
+        return (ends - torch.clamp(self.starts, min=at)).clamp_(min=0)
+
+    def split_totals(self, at: int, left: bool) -> torch.Tensor:
+        """`split(at, left).row_totals()`, without the split's read."""
+        return self._totals(self.split_lengths(at, left))
+
+    def split(self, at: int, left: bool) -> _Runs:
+        """The runs of mask[:, :at] (left) or of mask[:, at:] (right), from these runs (one
+        read: how many runs, and ones, that side keeps)."""
+        lengths = self.split_lengths(at, left)
+        keep = lengths > 0
+        count, total = host_read(torch.stack([keep.sum(), lengths.sum()]))
+        kept = torch.nonzero_static(keep, size=count).flatten()
+        starts = self.starts[kept] if left else torch.clamp(self.starts[kept], min=at) - at
+        return _Runs(self.batch, at if left else self.width - at, self.rows[kept], starts,
+                     lengths[kept], total)
 
 
 def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
@@ -111,14 +125,38 @@ def _exclusive_cumsum(counts: torch.Tensor) -> torch.Tensor:
 
 
 def _runs_of(mask: torch.Tensor, name: str, *, name_value: bool = True) -> _Runs:
-    """Validate a dense 0/1 mask and find its runs with one scan."""
-    _check_binary(mask, name, name_value=name_value)
+    """Validate a dense 0/1 mask and find its runs with one scan; one read: the verdict, the
+    number of run boundaries and of ones."""
     batch, width = mask.shape
     padded = torch.zeros(batch, width + 2, dtype=torch.bool, device=mask.device)
     padded[:, 1:-1] = mask != 0
-    rows, cols = (padded[:, 1:] != padded[:, :-1]).nonzero(as_tuple=True)
+    changes = padded[:, 1:] != padded[:, :-1]
+    if fast_paths(mask.device):  # the CPU: a read costs nothing there, two more passes do
+        if _not_binary(mask):
+            _check_binary(mask, name, name_value=name_value)
+        rows, cols = changes.nonzero(as_tuple=True)
+        total = None
+    else:
+        bad, boundaries, total = host_read(torch.stack(
+            [_not_binary(mask), changes.sum(), padded.sum()]))
+        if bad:
+            with documented():  # the error path: which row, which value
+                _check_binary(mask, name, name_value=name_value)
+        rows, cols = torch.nonzero_static(changes, size=boundaries).unbind(1)
     starts, ends = cols[0::2].contiguous(), cols[1::2]  # own storage: it is stored as is
-    return _Runs(batch, width, rows[0::2], starts, ends - starts)
+    lengths = ends - starts
+    return _Runs(batch, width, rows[0::2], starts, lengths,
+                 int(lengths.sum()) if total is None else total)
+
+
+def _not_binary(mask: torch.Tensor) -> torch.Tensor:
+    """(0-dim int64 on the device) 1 if an entry is neither 0 nor 1."""
+    if mask.dtype == torch.bool or mask.numel() == 0:
+        return torch.zeros((), dtype=torch.int64, device=mask.device)
+    if mask.is_floating_point() or mask.is_complex():
+        return ((mask != 0) & (mask != 1)).any().long()
+    low, high = torch.aminmax(mask)
+    return ((low < 0) | (high > 1)).long()
 
 
 def _check_binary(mask: torch.Tensor, name: str, *, name_value: bool) -> None:
@@ -126,13 +164,7 @@ def _check_binary(mask: torch.Tensor, name: str, *, name_value: bool) -> None:
     nest_by_mask's reference does; extract_response's reference names only the row)."""
     if mask.dtype == torch.bool or mask.numel() == 0:
         return
-    if mask.is_floating_point() or mask.is_complex():
-        bad = (mask != 0) & (mask != 1)
-    else:
-        low, high = torch.aminmax(mask)
-        if bool((low >= 0) & (high <= 1)):
-            return
-        bad = (mask != 0) & (mask != 1)
+    bad = (mask != 0) & (mask != 1)
     if bool(bad.any()):
         row = int(bad.any(1).nonzero()[0, 0])
         if not name_value:
@@ -148,10 +180,15 @@ def _runs_from_encoding(td, name: str, width: int) -> _Runs:
     batch = td.batch_size[0]  # (a TensorDict holds only fields of `batch` rows: no row check)
     offsets = starts_njt.offsets()
     counts = torch.diff(offsets)  # runs per row (the offsets themselves may start past 0)
-    differ = (counts != torch.diff(lengths_njt.offsets())).nonzero()
-    if differ.numel():
-        raise ValueError(f"{starts_key!r} and {lengths_key!r} differ in row {int(differ[0, 0])}")
-    starts, lengths = _row_values(starts_njt), _row_values(lengths_njt)
+    differ = counts != torch.diff(lengths_njt.offsets())
+    # one read: the verdict and both encodings' bounds
+    read = host_read(torch.cat([differ.any().reshape(1).long(), _bounds(starts_njt),
+                                _bounds(lengths_njt)]))
+    if read[0]:
+        with documented():  # the error path: which row
+            raise ValueError(f"{starts_key!r} and {lengths_key!r} differ in row "
+                             f"{int(differ.nonzero()[0, 0])}")
+    starts, lengths = starts_njt.values()[read[1]:read[2]], lengths_njt.values()[read[3]:read[4]]
     rows = torch.repeat_interleave(torch.arange(batch, device=offsets.device), counts,
                                    output_size=starts.numel())
     ends = starts + lengths
@@ -159,17 +196,19 @@ def _runs_from_encoding(td, name: str, width: int) -> _Runs:
     if starts.numel() > 1:
         same_row = rows[1:] == rows[:-1]
         bad[1:] |= same_row & (starts[1:] < ends[:-1])
-    if bool(bad.any()):
-        row = int(rows[bad.nonzero()[0, 0]])
-        raise ValueError(f"{name!r} row {row}: runs overlap or fall outside width {width}")
-    return _Runs(batch, width, rows, starts, lengths)
+    broken, total = host_read(torch.stack([bad.any().long(), lengths.sum()]))  # one read
+    if broken:
+        with documented():  # the error path: which row
+            row = int(rows[bad.nonzero()[0, 0]])
+            raise ValueError(f"{name!r} row {row}: runs overlap or fall outside width {width}")
+    return _Runs(batch, width, rows, starts, lengths, total)
 
 
-def _row_values(njt: torch.Tensor) -> torch.Tensor:
-    """The values of a contiguous jagged tensor's rows: `values()` from offsets[0] to
-    offsets[-1] (a jagged tensor may view a larger buffer, its offsets starting past 0)."""
-    first, last = njt.offsets()[[0, -1]].tolist()
-    return njt.values()[first:last]
+def _bounds(njt: torch.Tensor) -> torch.Tensor:
+    """(2,) int64 on the device: where a contiguous jagged tensor's rows begin and end in its
+    `values()` (offsets[0], offsets[-1]: it may view a larger buffer, its offsets starting
+    past 0)."""
+    return njt.offsets()[[0, -1]].long()
 
 
 def _jagged(td, key: str) -> torch.Tensor:
@@ -241,7 +280,7 @@ def _copy_runs(dense: torch.Tensor, values: torch.Tensor, runs: _Runs, inner: in
     dense_starts = (runs.rows * runs.width + runs.starts) * inner
     jagged_starts = (torch.cumsum(runs.lengths, 0) - runs.lengths) * inner
     sizes = runs.lengths * inner
-    longest = int(runs.lengths.max()) * inner if runs.lengths.numel() else 0
+    longest = runs.width * inner  # a bound on every run (the grid's width; no read)
     if to_dense:
         triton_nesting.copy_runs(dense, values, dense_starts, jagged_starts, sizes, longest)
     else:
@@ -286,12 +325,11 @@ def unnest_by_mask(td):
 def _unnest_field(td, key: str, rule: dict, runs) -> torch.Tensor:
     value = _jagged_field(td, key)
     mask_runs = runs[rule["mask"]]
-    _check_row_lengths(value, mask_runs, key, rule["mask"])
+    values = _checked_values(value, mask_runs, key, rule["mask"])
     trailing = tuple(value.shape[2:])
     dense = torch.full((mask_runs.batch, mask_runs.width, *trailing), rule["pad"],
                        dtype=value.dtype, device=value.device)
     inner = math.prod(trailing)
-    values = _row_values(value)
     if kernels.triton_applies(value.device):  # CUDA: the runs' copy
         _copy_runs(dense, values.contiguous(), mask_runs, inner, to_dense=True)
     else:
@@ -309,18 +347,29 @@ def _jagged_field(td, key: str) -> torch.Tensor:
     return value
 
 
-def _check_row_lengths(value: torch.Tensor, runs: _Runs, key: str, mask: str | None = None) -> None:
-    """Each row of the jagged field holds as many values as its mask has ones (the reference's
-    message: the first row that does not, naming the mask when given)."""
+def _checked_values(value: torch.Tensor, runs: _Runs, key: str,
+                    mask: str | None = None) -> torch.Tensor:
+    """The values of the jagged field's rows, each row checked to hold as many values as its
+    mask has ones (the reference's message: the first row that does not, naming the mask when
+    given); one read: the verdict and the rows' bounds in `values()`."""
     lengths = torch.diff(value.offsets())
     expected = runs.row_totals()
-    if lengths.numel() != expected.numel() or not torch.equal(lengths, expected):
-        differ = (lengths != expected).nonzero() if lengths.numel() == expected.numel() else None
-        row = int(differ[0, 0]) if differ is not None and differ.numel() else 0
-        held = int(lengths[row]) if row < lengths.numel() else 0
-        ones = int(expected[row]) if row < expected.numel() else 0
-        its_mask = f"its mask {mask!r}" if mask is not None else "its mask"
-        raise ValueError(f"field {key!r} row {row} holds {held} values, {its_mask} has {ones} ones")
+    same = lengths.numel() == expected.numel()
+    differ = (lengths != expected).any() if same else torch.ones((), device=lengths.device)
+    bad, first, last = host_read(torch.cat([differ.reshape(1).long(), _bounds(value)]))
+    if bad:
+        with documented():  # the error path: which row
+            _row_length_error(lengths, expected, key, mask)
+    return value.values()[first:last]
+
+
+def _row_length_error(lengths, expected, key: str, mask: str | None) -> None:
+    differ = (lengths != expected).nonzero() if lengths.numel() == expected.numel() else None
+    row = int(differ[0, 0]) if differ is not None and differ.numel() else 0
+    held = int(lengths[row]) if row < lengths.numel() else 0
+    ones = int(expected[row]) if row < expected.numel() else 0
+    its_mask = f"its mask {mask!r}" if mask is not None else "its mask"
+    raise ValueError(f"field {key!r} row {row} holds {held} values, {its_mask} has {ones} ones")
 
 
 # --------------------------------------------------------------------------- chunk_nested
@@ -337,7 +386,8 @@ def chunk_nested(td, n):
     if batch == 0:
         return [td[0:0] for _ in range(n)]
     size = -(-batch // n)
-    return [td[start:min(start + size, batch)] for start in range(0, batch, size)]
+    with documented():  # slicing a jagged field reads its offsets (torch's nested tensors)
+        return [td[start:min(start + size, batch)] for start in range(0, batch, size)]
 
 
 # --------------------------------------------------------------------------- extract_response
@@ -351,27 +401,39 @@ def extract_response(td, output):
         raise TypeError(f"output must be a tensor, got {type(output).__name__}")
     if output.is_nested and output.layout != torch.jagged:
         raise TypeError("output must be a jagged (torch.jagged) nested tensor or a flat tensor")
-    prompt = attention.split(prompt_width, left=True).row_totals()
-    response = attention.split(prompt_width, left=False).row_totals()
-    values, row_starts = _output_values(output, (prompt + response).to(output.device))
-    prompt, response = prompt.to(output.device), response.to(output.device)
-    too_long = response > response_width
-    orphan = (prompt == 0) & (response > 0)
-    if bool((too_long | orphan).any()):  # the first bad row, checked as the reference does
-        row = int((too_long | orphan).nonzero()[0, 0])
-        if bool(too_long[row]):
-            raise ValueError(f"row {row} has {int(response[row])} response tokens, more than "
-                             f"R = {response_width} (no silent truncation)")
-        raise ValueError(f"row {row} has an empty prompt and {int(response[row])} response "
-                         "tokens: no logit predicts its first response token")
+    prompt = attention.split_totals(prompt_width, left=True)
+    response = attention.split_totals(prompt_width, left=False)
+    with Verdicts() as verdicts:  # the output's and the rows' verdicts: one read
+        values, row_starts = _output_values(output, (prompt + response).to(output.device),
+                                            verdicts)
+        prompt, response = prompt.to(output.device), response.to(output.device)
+        too_long = response > response_width
+        orphan = (prompt == 0) & (response > 0)
+        verdicts.add((too_long | orphan).any(), lambda: _row_error(
+            too_long, orphan, response, response_width))
     batch = attention.batch
     columns = torch.arange(response_width, device=output.device)
     real = columns < response[:, None]
-    source = (row_starts + prompt - 1)[:, None] + columns
-    result = torch.zeros((batch, response_width, *values.shape[1:]), dtype=output.dtype,
-                         device=output.device)
-    result[real] = values[source[real]]
-    return result
+    trailing = values.shape[1:]
+    if values.shape[0] == 0:
+        return torch.zeros((batch, response_width, *trailing), dtype=output.dtype,
+                           device=output.device)
+    # every column reads a row of values (clamped into range), the real ones are kept: no
+    # boolean mask, whose size is the data's
+    source = ((row_starts + prompt - 1)[:, None] + columns).clamp_(0, values.shape[0] - 1)
+    keep = real.reshape(*real.shape, *(1,) * len(trailing))
+    return torch.where(keep, values[source], torch.zeros((), dtype=output.dtype,
+                                                         device=output.device))
+
+
+def _row_error(too_long, orphan, response, response_width) -> ValueError:
+    """The first bad row, checked as the reference does."""
+    row = int((too_long | orphan).nonzero()[0, 0])
+    if bool(too_long[row]):
+        return ValueError(f"row {row} has {int(response[row])} response tokens, more than "
+                          f"R = {response_width} (no silent truncation)")
+    return ValueError(f"row {row} has an empty prompt and {int(response[row])} response "
+                      "tokens: no logit predicts its first response token")
 
 
 def _attention_runs(td) -> tuple[int, int, _Runs]:
@@ -394,8 +456,9 @@ def _attention_runs(td) -> tuple[int, int, _Runs]:
     return prompt_width, response_width, runs
 
 
-def _output_values(output: torch.Tensor, totals: torch.Tensor):
-    """(flat values (nnz, *), start of each row in them), checked against the row lengths."""
+def _output_values(output: torch.Tensor, totals: torch.Tensor, verdicts: Verdicts):
+    """(flat values (nnz, *), start of each row in them), checked against the row lengths (the
+    checks that need the device's data queued in `verdicts`)."""
     batch = totals.numel()
     if output.is_nested:
         if output.dim() < 2 or output._ragged_idx != 1:
@@ -405,14 +468,21 @@ def _output_values(output: torch.Tensor, totals: torch.Tensor):
                              f"{output.shape[0]} rows")
         offsets = output.offsets()
         lengths = torch.diff(offsets) if output.lengths() is None else output.lengths()
-        if not torch.equal(lengths, totals):
-            row = int((lengths != totals).nonzero()[0, 0])
-            raise ValueError(f"output row {row} has {int(lengths[row])} tokens, the batch row "
-                             f"has {int(totals[row])} real tokens")
+        differ = lengths != totals
+
+        def error() -> ValueError:
+            row = int(differ.nonzero()[0, 0])
+            return ValueError(f"output row {row} has {int(lengths[row])} tokens, the batch row "
+                              f"has {int(totals[row])} real tokens")
+        verdicts.add(differ.any(), error)
         return output.values(), offsets[:-1]
-    if output.dim() < 1 or output.shape[0] != int(totals.sum()):
-        raise ValueError(f"a flat output must have shape (nnz, ...) with nnz = "
-                         f"{int(totals.sum())} real tokens, got {tuple(output.shape)}")
+
+    def flat_error() -> ValueError:
+        return ValueError(f"a flat output must have shape (nnz, ...) with nnz = "
+                          f"{int(totals.sum())} real tokens, got {tuple(output.shape)}")
+    if output.dim() < 1:
+        raise flat_error()
+    verdicts.add(totals.sum() != output.shape[0], flat_error)
     return output, _exclusive_cumsum(totals)[:-1]
 
 
@@ -439,16 +509,17 @@ def pad_to_response_width(td, *fields):
                              "attention: it is not a response-axis field")
         runs = _runs_from_encoding(td, rule["mask"], stash["masks"][rule["mask"]]["width"])
         value = _jagged_field(td, name)
-        _check_row_lengths(value, runs, name)
+        values = _checked_values(value, runs, name)
         rows, cols = runs.tokens
         beyond = cols >= response_width
-        if bool(beyond.any()):
-            first = int(beyond.nonzero()[0, 0])
-            raise ValueError(f"field {name!r} row {int(rows[first])} has a real token at column "
-                             f"{int(cols[first])}, beyond R = {response_width}")
+        if host_read(beyond.any()):  # a verdict
+            with documented():  # the error path: which row
+                first = int(beyond.nonzero()[0, 0])
+                raise ValueError(f"field {name!r} row {int(rows[first])} has a real token at "
+                                 f"column {int(cols[first])}, beyond R = {response_width}")
         dense = torch.zeros((runs.batch, response_width, *value.shape[2:]), dtype=value.dtype,
                             device=value.device)
-        dense[rows, cols] = _row_values(value)
+        dense[rows, cols] = values
         out.set(name, dense)
     return out
 

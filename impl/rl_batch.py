@@ -26,7 +26,7 @@ from tensordict import TensorDict
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows
 from batchproof.impl._jagged import rows_of, without_holes
-from batchproof.impl._sync import documented, host_put, host_read
+from batchproof.impl._sync import Verdicts, documented, host_put
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.reference import rl_batch as _spec
 from batchproof.reference._checks import check_pad_token_id
@@ -67,16 +67,21 @@ def build_rl_batch(
                 f"and {r_len.numel()} responses")
         if p_len.numel() == 0:
             raise ValueError("prompts is empty: a batch needs at least one sample")
-        per_token = {
-            "rewards": _flatten_values(rewards, "rewards", r_len, device, allow_scalar=True),
-            "loss_mask": _flatten_values(loss_masks, "loss_masks", r_len, device),
-            "rollout_logprobs": _flatten_values(logprobs, "logprobs", r_len, device),
-        }
-        written = {}
+    verdicts = Verdicts()  # the per-token fields' length checks, read with the widths
+    with verdicts:
+        if written is None:
+            per_token = {
+                "rewards": _flatten_values(rewards, "rewards", r_len, device, verdicts,
+                                           allow_scalar=True),
+                "loss_mask": _flatten_values(loss_masks, "loss_masks", r_len, device, verdicts),
+                "rollout_logprobs": _flatten_values(logprobs, "logprobs", r_len, device,
+                                                    verdicts),
+            }
+            written = {}
+        n_len = p_len + r_len
+        widths = verdicts.settle(also=torch.stack([n_len.max(), p_len.max(), r_len.max()]))
 
     batch = p_len.numel()
-    n_len = p_len + r_len
-    widths = host_read(torch.stack([n_len.max(), p_len.max(), r_len.max()]))  # the widths
     max_total, max_prompt, max_response = widths
     width = max_total if layout == "left" else max_prompt + max_response
     if max_seq_len is not None and width > max_seq_len:
@@ -385,7 +390,7 @@ def _flatten_tokens(rows, name, device):
             host_put(flat, dtype=torch.int64, device=device))
 
 
-def _flatten_values(values, name, r_len, device, allow_scalar=False):
+def _flatten_values(values, name, r_len, device, verdicts: Verdicts, allow_scalar=False):
     """Per-token float32 values of `name` (one entry per sample, each of r_i values)."""
     if values is None:
         return None
@@ -393,7 +398,7 @@ def _flatten_values(values, name, r_len, device, allow_scalar=False):
         if without_holes(values):
             lengths = torch.diff(values.offsets()).to(device)
             _check_count(lengths.numel(), r_len.numel(), name)
-            _check_lengths(lengths, r_len, name)
+            _check_lengths(lengths, r_len, name, verdicts)
             return _Values(values.values().detach().to(device=device, dtype=torch.float32))
         values = rows_of(values)  # values() holds holes: read its rows, as the reference
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
@@ -412,8 +417,9 @@ def _flatten_values(values, name, r_len, device, allow_scalar=False):
         except (TypeError, ValueError, OverflowError):
             pass  # the row-by-row path below raises the reference's error for the bad row
         else:
-            _check_lengths(torch.from_numpy(lengths).to(device), r_len, name)
-            return _Values(torch.from_numpy(flat).to(device))
+            _check_lengths(host_put(lengths, dtype=torch.int64, device=device), r_len, name,
+                           verdicts)
+            return _Values(host_put(flat, dtype=torch.float32, device=device))
     return _flatten_mixed(values, name, r_len, device, allow_scalar)
 
 
@@ -445,13 +451,14 @@ def _check_count(count, batch, name):
                          f"for {batch} samples")
 
 
-def _check_lengths(lengths, r_len, name):
+def _check_lengths(lengths, r_len, name, verdicts: Verdicts):
     bad = lengths != r_len
-    if host_read(bad.any()):  # a validation verdict
-        with documented():  # the error path: which row
-            i = int(bad.nonzero()[0])
-            raise ValueError(f"{name}[{i}] has {int(lengths[i])} entries, but response {i} has "
-                             f"{int(r_len[i])} tokens")
+
+    def error() -> ValueError:
+        i = int(bad.nonzero()[0])
+        return ValueError(f"{name}[{i}] has {int(lengths[i])} entries, but response {i} has "
+                          f"{int(r_len[i])} tokens")
+    verdicts.add(bad.any(), error)
 
 
 def _output_device(device, prompts, responses):

@@ -18,16 +18,8 @@ from batchproof import host_reads, placements, registry
 from batchproof.impl import _sync, trainer
 from batchproof.reference import trainer as trainer_reference
 
-# what each of them reads, by design or not yet folded (docs/performance.md, "Host reads")
-STILL_READING = {
-    "sft.collate_sft": "validation verdicts and the rows' lengths, several reads",
-    "sft.pack_sft": "validation verdicts and the lengths the host plans bins from",
-    "nesting.nest_by_mask": "the run encoding (nonzero, bincount, boolean masks)",
-    "nesting.unnest_by_mask": "validation verdicts, offsets, the run totals",
-    "nesting.chunk_nested": "TensorDict slicing of nested fields (offsets)",
-    "nesting.extract_response": "the run encoding and validation verdicts",
-    "nesting.pad_to_response_width": "validation verdicts and the run totals",
-}
+# records that still read outside impl._sync, each with what it reads (none since issue 19)
+STILL_READING: dict[str, str] = {}
 # its inputs are rollouts on the host by contract (lists): no call is device-resident; the ops
 # it chains are surveyed under their own records
 NOT_SURVEYED = {"pipeline.rl_step"}

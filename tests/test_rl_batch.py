@@ -18,6 +18,7 @@ from batchproof import blocks as hs
 from batchproof.compare import assert_identical
 from batchproof.impl import _cpu, kernels
 from batchproof.impl import rl_batch as impl
+from batchproof.impl._sync import Verdicts
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.ops.rl_batch import rl_batch_cases
 from batchproof.reference import rl_batch as reference
@@ -73,7 +74,9 @@ def test_flatten_fast_paths_do_not_fall_back(case: Case) -> None:
         rows = case.kwargs.get("logprobs")
         if rows is not None:
             patch.setattr(impl._spec, "_per_token_values", _no_fallback)
-            values = impl._flatten_values(rows, "logprobs", r_len, torch.device("cpu"))
+            with Verdicts() as verdicts:
+                values = impl._flatten_values(rows, "logprobs", r_len, torch.device("cpu"),
+                                              verdicts)
             want = torch.tensor([v for row in rows for v in row], dtype=torch.float32)
             assert values.flat.dtype == torch.float32
             assert torch.equal(values.flat.view(torch.int32), want.view(torch.int32))

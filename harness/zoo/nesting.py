@@ -15,6 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from batchproof.impl import nesting as _impl
+from batchproof.impl._sync import Verdicts
 from batchproof.reference import nesting as _reference
 from batchproof.zoo import ZooEntry
 
@@ -204,7 +205,8 @@ def _extract_unchecked(td, output, *, orphans_checked=True, long_rows_checked=Tr
         raise TypeError("output must be a tensor")
     prompt = attention.split(prompt_width, left=True).row_totals()
     response = attention.split(prompt_width, left=False).row_totals()
-    values, row_starts = _impl._output_values(output, prompt + response)
+    with Verdicts() as verdicts:
+        values, row_starts = _impl._output_values(output, prompt + response, verdicts)
     if long_rows_checked and bool((response > response_width).any()):
         raise ValueError("a response longer than R")
     if orphans_checked and bool(((prompt == 0) & (response > 0)).any()):
