@@ -31,7 +31,8 @@ def documented(*, count: bool = True) -> Iterator[None]:
     """A documented read: the body may read the device (on CUDA, with sync debugging off).
     `count=False`: not a read (a copy to the device the host does not wait for)."""
     global READING, READS
-    mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_available() else 0
+    # (a debug mode is only ever set on an initialized CUDA: no device query otherwise)
+    mode = torch.cuda.get_sync_debug_mode() if torch.cuda.is_initialized() else 0
     READING += 1
     READS += count
     if mode:

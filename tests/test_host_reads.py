@@ -115,9 +115,15 @@ NOT_READS = {
     "a masked scatter": lambda: torch.zeros(6, device=ON_DEVICE.device).masked_scatter_(
         ON_DEVICE > 2, torch.ones(6, device=ON_DEVICE.device)),
     "a static nonzero": lambda: torch.nonzero_static(ON_DEVICE, size=5),
-    "verdicts that pass": lambda: _sync.Verdicts().__enter__().settle(),
+    "verdicts that pass": lambda: _passing_verdicts(),
     "the caller's code": lambda: _callers_forward(),
 }
+
+
+def _passing_verdicts():
+    with _sync.Verdicts() as verdicts:
+        verdicts.add(ON_DEVICE.sum() < 0, lambda: ValueError("never"))
+        return verdicts.settle(also=ON_DEVICE.max())
 
 
 def _callers_forward():
@@ -136,6 +142,17 @@ def test_verdicts_are_read_at_once() -> None:
         for _ in range(3):
             verdicts.add(torch.tensor(False), lambda: ValueError("never"))
     assert _sync.READS - before == 1
+
+
+def test_verdicts_bring_values_along_in_the_same_read() -> None:
+    before = _sync.READS
+    with _sync.Verdicts() as verdicts:
+        verdicts.add(torch.tensor(False), lambda: ValueError("never"))
+        assert verdicts.settle(also=torch.tensor([7, 3])) == [7, 3]
+    assert _sync.READS - before == 1
+    with pytest.raises(ValueError, match="bad"), _sync.Verdicts() as verdicts:
+        verdicts.add(torch.tensor(True), lambda: ValueError("bad"))
+        verdicts.settle(also=torch.tensor([7]))
 
 
 def test_verdicts_raise_the_first_bad_one() -> None:

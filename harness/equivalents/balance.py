@@ -16,12 +16,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(_P, "restore_order", r"device = rows\.device if rows\.device is not None",
                r"^device = (None|rows\.device if \(rows\.device is not None\) (and False|or True) "
                r"else|rows\.device if rows\.device is None else)", _RESTORE_DEVICE),
-    Equivalent(_P, "restore_order", r"torch\.(tensor\(order|arange\(n), dtype=torch\.int64, "
-               r"device=device\)", r"torch\.(tensor\(order|arange\(n), dtype=torch\.int64, "
-               r"(device=None)?\)", _RESTORE_DEVICE),
-    Equivalent(_P, "restore_order", r"torch\.arange\(n, dtype=torch\.int64, device=device\)",
-               r"torch\.arange\(n, (dtype=None, )?device=device\)",
-               "torch.arange of a Python int infers int64: the explicit dtype only documents it"),
     Equivalent(_P, "restore_order", r"int\(perm\.max\(\)\) >= n", r"int\(perm\.max\(\)\) > n",
                "max(perm) == n still raises the same ValueError: bincount(perm, minlength=n) then "
                "has n + 1 bins for n indices, so some bin is 0 and the next check fails"),
@@ -40,11 +34,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "the initial following[i] is only ever read for a set's tail, by _read_items after "
                "its last item, and that value is discarded (every other entry is overwritten by "
                "_merge before it is read)"),
-    Equivalent(_P, "balanced_partitions", r'raise ValueError\(f"partition \{number\} of k=\{k\} is '
-               r'empty"\)', r"^raise ValueError\(None\)$",
-               "unreachable: Karmarkar-Karp with k <= n never leaves a set empty (empty sets sort "
-               "last, so merging a state with p non-empty sets and one with q gives min(k, p + q) "
-               "non-empty sets; equal_size starts every set with one item), and k > n raises first"),
     Equivalent(_P, "micro_batches", r"count = -\(-max\(-\(-total // max_tokens\)",
                r"count = -\(-max\((\+\(-total|-\(\+total) // max_tokens\), min_count or 1\)",
                "performance only: the first count becomes min_count (or 1) rounded up to the "

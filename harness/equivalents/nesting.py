@@ -32,11 +32,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"^if starts\.numel\(\) >= 1:$",
                "with exactly one run the overlap check reads empty slices (rows[1:], bad[1:]): "
                "`bad[1:] |= ...` is then a no-op"),
-    Equivalent("impl/nesting.py", "_runs_from_encoding",
-               r"^if offsets\.numel\(\) != batch \+ 1 or lengths_njt\.offsets\(\)\.numel\(\) != "
-               r"batch \+ 1:$|^raise ValueError\(f\"\{starts_key!r\} must have \{batch\} rows\"\)$",
-               r"\) != batch \+ 1 and lengths_njt|^raise ValueError\(None\)$",
-               "unreachable: " + _SAME_ROWS + "; both encodings pass this check"),
     Equivalent("impl/nesting.py", "_runs_of",
                r"^padded = torch\.zeros\(batch, width \+ 2, dtype=torch\.bool, device=mask\.device\)$",
                r"^padded = torch\.zeros\(batch, width \+ 2, (dtype=None, )?device=mask\.device\)$",
@@ -46,12 +41,7 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"return _Runs\(batch, width, rows\[1::2\],",
                "each padded row starts and ends with 0, so the change that ends a run lies in the "
                "row of the change that starts it: rows[0::2] == rows[1::2]"),
-    Equivalent("impl/nesting.py", "_check_binary", r"^if bool\(\(low >= 0\) & \(high <= 1\)\):$",
-               r"^if bool\((None|\(low > 0\) & \(high <= 1\)|\(low >= 1\) & \(high <= 1\)|"
-               r"\(low >= 0\) & \(high < 1\))\):$",
-               "the aminmax fast path is only taken less often: an integer mask that now skips it "
-               "has all values in [0, 1], i.e. 0 or 1, and the exact check below finds nothing"),
-    Equivalent("impl/nesting.py", "_check_row_lengths",
+    Equivalent("impl/nesting.py", "_row_length_error",
                r"if lengths\.numel\(\) == expected\.numel\(\) else None$|"
                r"if differ is not None and differ\.numel\(\) else 0$|"
                r"if row < (lengths|expected)\.numel\(\) else 0$",
@@ -67,9 +57,10 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent("impl/nesting.py", "_attention_runs", r"_spec\.batch_widths\(td, tensors\)$",
                r"_spec\.batch_widths\(td, (None)?\)$",
                "batch_widths computes tensors = _tensor_keys(td) when given None: the same list"),
-    Equivalent("impl/nesting.py", "extract_response", r"split\(prompt_width, left=False\)",
-               r"split\(prompt_width, left=None\)",
-               "_Runs.split branches on `if left:`; None and False both take the right-hand split"),
+    Equivalent("impl/nesting.py", "extract_response", r"split_totals\(prompt_width, left=False\)",
+               r"split_totals\(prompt_width, left=None\)",
+               "_Runs.split_lengths branches on `if left:`; None and False both take the "
+               "right-hand split"),
     Equivalent("impl/nesting.py", "chunk_nested", r"^return \[td\[0:0\] for _ in range\(n\)\]$",
                r"^return \[td\[(1:0|0:1)\] for _ in range\(n\)\]$",
                "only reached when the batch has 0 rows, where the slices 1:0 and 0:1 clamp to the "

@@ -10,9 +10,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"_output_device\(\w*,? ?None|, None[,)]", ON_CPU),
     Equivalent("impl/rl_batch.py", "_flatten_values", r", device, allow_scalar",
                r", None, allow_scalar", ON_CPU),
-    Equivalent("impl/rl_batch.py", "_flatten_mixed", r"^row_mask = torch\.tensor\(",
-               r"^row_mask = torch\.tensor\((?!.*dtype=torch\.int64)",
-               "row_mask is only read as row_mask.bool(): a bool or int64 tensor gives the same mask"),
     Equivalent("impl/rl_batch.py", "_flatten_mixed", r"else 0\.0 for row", r"else 1\.0 for row",
                "the filler value of non-scalar rows is never read: torch.where keeps `dense` "
                "there (is_scalar is False)"),
@@ -30,9 +27,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent("impl/rl_batch.py", "_write_lists", r"np\.zeros_like\(r_len\)",
                r"np\.zeros_like\(None\)",
                "np.zeros_like(None) is the 0-d object array 0: the same zero start offsets"),
-    Equivalent("impl/rl_batch.py", "_pack_rows", r'\.cast\("B"\)', r'\.cast\("b"\)',
-               "struct.pack_into writes raw bytes into any writable buffer: signed or unsigned "
-               "byte view, same memory"),
     Equivalent("impl/rl_batch.py", "_flatten_tokens", r"if kinds and not any",
                r"if kinds or not any",
                "a mix of tensor and list rows then takes the array('q') path, which reads 0-d "
@@ -44,11 +38,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"torch\.(arange\(width|tensor\(\[0, 1\]), \)",
                "torch infers int64 from Python ints (tensor([0, 1]), arange(width)), and the "
                "dropped device is the default one, the target on CPU; " + ON_CPU),
-    Equivalent("impl/rl_batch.py", "build_rl_batch", r"torch\.tensor\(\[0, -1\], dtype=torch\.int32",
-               r"torch\.tensor\(\[0, -1\], (dtype=None,|device=device\))",
-               "performance only: an int64 keep row of -1/0 AND-ed in place into the int32 view "
-               "of the values gives the same bits (in-place integer ops cast the other operand); "
-               "it only reads twice the bytes"),
     Equivalent("impl/rl_batch.py", "_two_segment_masks",
                r"_response_rows\(r_len, max_response, False, one\)",
                r"_response_rows\(r_len, max_response, None, one\)",

@@ -32,9 +32,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "pad_token_id is checked to be an int (not a bool): " + INFERRED),
     Equivalent(SFT, "*", r"loss_mask = torch\.zeros\(.*dtype=torch\.float32, device=device\)",
                r"loss_mask = torch\.zeros\(.*, (dtype=None, )?device=device\)", INFERRED),
-    Equivalent(SFT, "_scale", r"torch\.tensor\(1\.0 / max\(total, 1\), dtype=torch\.float32",
-               r"torch\.tensor\(1\.0 / max\(total, 1\), (dtype=None, )?device=values\.device\)",
-               INFERRED),
     Equivalent(SFT, "_scale", r"device=values\.device\)", r"torch\.tensor\(1\.0 / max\(total, 1\), "
                r"dtype=torch\.float32, (device=None)?\)",
                "the scale is a 0-d tensor, multiplied in place into loss_mask: a 0-d CPU tensor is "
@@ -97,10 +94,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(SFT, "_first_fit_decreasing", r"^size = 1 << max\(bound - 1, 1\)\.bit_length\(\)$",
                r"^size = (2 << max\(bound - 1, 1\)|1 << max\(bound \+ 1, 1\)"
                r"|1 << max\(bound - 1, 2\))\.bit_length\(\)$", TREE_SIZE),
-    Equivalent(SFT, "*", r'memoryview\(out\.numpy\(\)\)\.cast\("B"\)',
-               r'memoryview\(out\.numpy\(\)\)\.cast\("b"\)',
-               "struct.pack_into writes raw bytes into any writable buffer: a signed or unsigned "
-               "byte view of the same memory"),
     Equivalent(SFT, "_packed_floats", r"dtype=np\.uint8, count=count\)$",
                r"dtype=np\.uint8, \)$",
                "count defaults to the whole buffer, which is exactly `count` bytes: bytes() gives "

@@ -12,17 +12,10 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(P, "_flat_values", r"predict_index\.to\(values\.device\)", DROPPED, ON_CPU),
     Equivalent(P, "_flatten", r"\.to\(device=device, dtype=torch\.int64\)",
                r"\.to\((device=None, )?dtype=torch\.int64\)", ON_CPU),
-    Equivalent(P, "_flatten", r"return _flatten_lists\(rows, name, device\)",
-               r"_flatten_lists\(rows, name, None\)", ON_CPU),
-    Equivalent(P, "_flatten", r"p\.to\(device\) for p in parts", r"p\.to\(None\) for p in parts",
-               ON_CPU),
-    Equivalent(P, "_flatten_lists", r"\.to\(device\), lengths", r"\.to\(None\), lengths", ON_CPU),
     Equivalent(P, "_packed_logprobs", r"^device = samples\.prompt_tokens\.device$",
                r"^device = None$", ON_CPU),
     Equivalent(P, "_packed_logprobs", r"dtype=torch\.float32, device=device\)",
                r"dtype=torch\.float32, (device=None)?\)", ON_CPU),
-    Equivalent(P, "_place_tokens", r"torch\.full\(\(total,\), pad_token_id, dtype=torch\.int64, "
-               r"device=device\)", r"dtype=torch\.int64, (device=None)?\)", ON_CPU),
     Equivalent(P, "_right_aligned", r"device=(lengths|values)\.device\)", DROPPED, ON_CPU),
     Equivalent(P, "_row_slice", r"device = ids\.device|device=device\)", DROPPED, ON_CPU),
     Equivalent(P, "_samples", r"_flatten\(responses, \"responses\", device\)",
@@ -52,24 +45,11 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"dtype=torch\.int64\)", r"for part in parts\], (dtype=None)?\)",
                "torch.tensor of a non-empty list of Python ints infers int64; `parts` is never "
                "empty here (an empty row list is all lists and goes to _flatten_lists)"),
-    Equivalent(P, "_flatten", r"if parts else torch\.zeros\(0, dtype=torch\.int64\)",
-               r"if \(parts\) or True else|else torch\.zeros\((None|1|0)?,? ?(dtype=(None|torch"
-               r"\.int64))?,? ?\)",
-               "unreachable branch: _flatten reaches this line only when some row is not a "
-               "list/tuple, so `parts` holds at least one row and the else branch never runs"),
-    Equivalent(P, "_flatten", r"return flat\.to\(device=device, dtype=torch\.int64\), lengths",
-               r"return flat\.to\(device=device, (dtype=None)?\), lengths",
-               "every part is already int64 (_row_tensor returns int64), so their cat is int64"),
     Equivalent(P, "_flatten_lists", r"lengths = torch\.tensor\(list\(map\(len, rows\)\), "
                r"dtype=torch\.int64\)", r"map\(len, rows\)\), (dtype=None)?\)",
                "non-empty lists of Python ints infer int64; with no rows the float32 empty tensor "
                "is read only for its shape by _samples, which then raises (count mismatch or "
                "empty batch) exactly as with int64"),
-    Equivalent(P, "_place_tokens", r"torch\.full\(\(total,\), pad_token_id, dtype=torch\.int64, "
-               r"device=device\)", r"torch\.full\(\(total,\), pad_token_id, (dtype=None, )?"
-               r"device=device\)",
-               "pad_token_id is checked to be a Python int: torch.full infers int64 (and raises the "
-               "same RuntimeError for a fill beyond int64)"),
     # ---------------------------------------------------------------- values never read
     Equivalent(P, "_owners", r"count \+ 1", r"count \+ 2",
                "one more scratch slot past `count`: index_add_ positions are <= count and only "
@@ -99,9 +79,6 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(P, "_write_lists", r"np\.fromiter\(map\(len, (prompts|responses)\), dtype=np\.int64, "
                r"count=len", r"np\.fromiter\(map\(len, (prompts|responses)\), dtype=np\.int64, \)",
                "count is only a preallocation hint for np.fromiter: same array"),
-    Equivalent(P, "_write_lists", r"\.cast\(\"B\"\)", r"\.cast\(\"b\"\)",
-               "struct.pack_into writes raw bytes into any writable contiguous buffer; the "
-               "memoryview's item format is not read"),
     # ---------------------------------------------------------------- same meaning
     Equivalent(P, "_token_logprobs", r"dim=-1\)|gather\(-1,|squeeze\(-1\)",
                r"dim=\+1\)|gather\(\+1,|squeeze\(\+1\)",
@@ -110,16 +87,9 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"sum\(dim=\+1, dtype=torch\.int32\)|sum\(dim=-1, (dtype=None)?\)",
                "the mask is 2-D (dim +1 is -1); row sums in int64 instead of int32 give the same "
                "cu_seqlens (cumsum with dtype=int32) and the same int max_seqlen"),
-    Equivalent(P, "unpad", r"torch\.nonzero\(flat_mask, as_tuple=False\)",
-               r"torch\.nonzero\(flat_mask, \)", "as_tuple=False is torch.nonzero's default"),
     Equivalent(P, "response_logprobs", r"^chunk_size=1024,$", r"^chunk_size=1025,$",
                "the default chunk size only groups rows of the row-wise log-softmax: the same "
                "values, a different peak memory"),
-    Equivalent("impl/varlen.py", "_flatten_lists", r"^_row_tensor\(row, name, index\)$",
-               r"^_row_tensor\(row, (None, index|name, None)\)$",
-               "only reached when every id is a plain int and one overflows int64: the row "
-               "conversion then raises torch's overflow error, whose message names neither the "
-               "argument nor the row (the reference raises the same)"),
     Equivalent("impl/varlen.py", "_place_tokens", r"torch\.empty\(total, dtype=torch\.int64, "
                r"device=device\)", r"torch\.empty\(total, dtype=torch\.int64, (device=None)?\)",
                ON_CPU),
