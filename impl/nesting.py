@@ -134,19 +134,22 @@ def _runs_of(mask: torch.Tensor, name: str, *, name_value: bool = True) -> _Runs
     if fast_paths(mask.device):  # the CPU: a read costs nothing there, two more passes do
         if _not_binary(mask):
             _check_binary(mask, name, name_value=name_value)
-        rows, cols = changes.nonzero(as_tuple=True)
-        total = None
-    else:
-        bad, boundaries, total = host_read(torch.stack(
-            [_not_binary(mask), changes.sum(), padded.sum()]))
-        if bad:
-            with documented():  # the error path: which row, which value
-                _check_binary(mask, name, name_value=name_value)
-        rows, cols = torch.nonzero_static(changes, size=boundaries).unbind(1)
+        rows, starts, lengths = _paired(*changes.nonzero(as_tuple=True))
+        return _Runs(batch, width, rows, starts, lengths, int(lengths.sum()))
+    bad, boundaries, total = host_read(torch.stack(
+        [_not_binary(mask), changes.sum(), padded.sum()]))
+    if bad:
+        with documented():  # the error path: which row, which value
+            _check_binary(mask, name, name_value=name_value)
+    rows, starts, lengths = _paired(*torch.nonzero_static(changes, size=boundaries).unbind(1))
+    return _Runs(batch, width, rows, starts, lengths, total)
+
+
+def _paired(rows: torch.Tensor, cols: torch.Tensor):
+    """(rows, starts, lengths) of the runs from the row-major changes of a padded mask: they
+    pair up as (start, end) of each run."""
     starts, ends = cols[0::2].contiguous(), cols[1::2]  # own storage: it is stored as is
-    lengths = ends - starts
-    return _Runs(batch, width, rows[0::2], starts, lengths,
-                 int(lengths.sum()) if total is None else total)
+    return rows[0::2], starts, ends - starts
 
 
 def _not_binary(mask: torch.Tensor) -> torch.Tensor:
@@ -161,9 +164,8 @@ def _not_binary(mask: torch.Tensor) -> torch.Tensor:
 
 def _check_binary(mask: torch.Tensor, name: str, *, name_value: bool) -> None:
     """Every entry 0 or 1; the error names the first bad row (and its first bad value, as
-    nest_by_mask's reference does; extract_response's reference names only the row)."""
-    if mask.dtype == torch.bool or mask.numel() == 0:
-        return
+    nest_by_mask's reference does; extract_response's reference names only the row). Called
+    when `_not_binary` found an entry (so never for a bool or an empty mask)."""
     bad = (mask != 0) & (mask != 1)
     if bool(bad.any()):
         row = int(bad.any(1).nonzero()[0, 0])
@@ -354,8 +356,8 @@ def _checked_values(value: torch.Tensor, runs: _Runs, key: str,
     given); one read: the verdict and the rows' bounds in `values()`."""
     lengths = torch.diff(value.offsets())
     expected = runs.row_totals()
-    same = lengths.numel() == expected.numel()
-    differ = (lengths != expected).any() if same else torch.ones((), device=lengths.device)
+    # (both have the batch's rows: a TensorDict holds no entry of another batch size)
+    differ = (lengths != expected).any()
     bad, first, last = host_read(torch.cat([differ.reshape(1).long(), _bounds(value)]))
     if bad:
         with documented():  # the error path: which row
@@ -364,12 +366,12 @@ def _checked_values(value: torch.Tensor, runs: _Runs, key: str,
 
 
 def _row_length_error(lengths, expected, key: str, mask: str | None) -> None:
-    differ = (lengths != expected).nonzero() if lengths.numel() == expected.numel() else None
-    row = int(differ[0, 0]) if differ is not None and differ.numel() else 0
-    held = int(lengths[row]) if row < lengths.numel() else 0
-    ones = int(expected[row]) if row < expected.numel() else 0
+    """The reference's error for the first row whose length differs (both have the batch's
+    rows, and one differs: `_checked_values` found it)."""
+    row = int((lengths != expected).nonzero()[0, 0])
     its_mask = f"its mask {mask!r}" if mask is not None else "its mask"
-    raise ValueError(f"field {key!r} row {row} holds {held} values, {its_mask} has {ones} ones")
+    raise ValueError(f"field {key!r} row {row} holds {int(lengths[row])} values, {its_mask} has "
+                     f"{int(expected[row])} ones")
 
 
 # --------------------------------------------------------------------------- chunk_nested
@@ -416,14 +418,12 @@ def extract_response(td, output):
     real = columns < response[:, None]
     trailing = values.shape[1:]
     if values.shape[0] == 0:
-        return torch.zeros((batch, response_width, *trailing), dtype=output.dtype,
-                           device=output.device)
-    # every column reads a row of values (clamped into range), the real ones are kept: no
-    # boolean mask, whose size is the data's
-    source = ((row_starts + prompt - 1)[:, None] + columns).clamp_(0, values.shape[0] - 1)
+        return values.new_zeros((batch, response_width, *trailing))
+    # every column reads some row of values (its index wrapped into range), the real ones are
+    # kept: no boolean mask, whose size is the data's
+    source = ((row_starts + prompt - 1)[:, None] + columns) % values.shape[0]
     keep = real.reshape(*real.shape, *(1,) * len(trailing))
-    return torch.where(keep, values[source], torch.zeros((), dtype=output.dtype,
-                                                         device=output.device))
+    return torch.where(keep, values[source], values.new_zeros(()))
 
 
 def _row_error(too_long, orphan, response, response_width) -> ValueError:

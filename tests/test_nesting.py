@@ -23,6 +23,7 @@ from tensordict import TensorDict
 
 import batchproof.impl.nesting as impl
 import batchproof.reference.nesting as reference
+from batchproof import placements
 from batchproof.compare import assert_identical
 from batchproof.impl import kernels
 from batchproof.ops import nesting as ops
@@ -236,6 +237,7 @@ _BAD_CALLS: dict[str, Callable[[ModuleType], object]] = {
                                                           "attention_mask_offsets"),
     "pad_row_too_long": lambda m: m.pad_to_response_width(
         _longer_row(_nested_example(), "responses"), "responses"),
+    "pad_field_name_not_str": lambda m: m.pad_to_response_width(_nested_example(), 3),
     "payload_dense_not_a_td": lambda m: m.payload_report([1], _nested_example()),
     "unnest_no_encoding": lambda m: m.unnest_by_mask(
         _nested_example().exclude("attention_mask_lengths")),
@@ -246,6 +248,32 @@ _BAD_CALLS: dict[str, Callable[[ModuleType], object]] = {
 def test_bad_input_raises_the_reference_message(call: Callable[[ModuleType], object]) -> None:
     """Each invalid-input branch raises the reference's exception type and exact message."""
     _same_error(call)
+
+
+def _mask_without_ones(value: float, dtype: torch.dtype) -> TensorDict:
+    """The example batch with an attention mask of zeros and `value` only (no entry is 1)."""
+    td = ops.example_batch()
+    td["attention_mask"] = td["attention_mask"].to(dtype) * value
+    return td
+
+
+_MASKS_WITHOUT_ONES = {
+    "float_zeros_and_twos": lambda m: m.nest_by_mask(_mask_without_ones(2.0, torch.float32),
+                                                      pad_token_id=0),
+    "int_zeros_and_minus_ones": lambda m: m.nest_by_mask(_mask_without_ones(-1, torch.int64),
+                                                          pad_token_id=0),
+    "extract_int_zeros_and_twos": lambda m: m.extract_response(
+        _mask_without_ones(2, torch.int64), torch.zeros(6)),
+}
+
+
+@pytest.mark.parametrize("placement", ["cpu", "generic"])
+@pytest.mark.parametrize("call", _MASKS_WITHOUT_ONES.values(), ids=_MASKS_WITHOUT_ONES.keys())
+def test_a_mask_without_ones_is_rejected_on_each_path(call, placement: str) -> None:
+    """The 0/1 verdict (`_not_binary`) finds a bad value with no 1 beside it, on the CPU's path
+    and on the path CUDA runs (`generic`), and the error is the reference's."""
+    with placements.placed(placement):
+        _same_error(call)
 
 
 _NAMED_ERRORS: dict[str, tuple[Callable[[ModuleType], object], str]] = {
