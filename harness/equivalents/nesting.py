@@ -37,8 +37,8 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"^padded = torch\.zeros\(batch, width \+ 2, (dtype=None, )?device=mask\.device\)$",
                "the padded copy holds mask != 0 as 0/1; in the default float dtype the change scan "
                "padded[:, 1:] != padded[:, :-1] finds the same changes (memory only)"),
-    Equivalent("impl/nesting.py", "_runs_of", r"return _Runs\(batch, width, rows\[0::2\],",
-               r"return _Runs\(batch, width, rows\[1::2\],",
+    Equivalent("impl/nesting.py", "_paired", r"^return rows\[0::2\], starts, ends - starts$",
+               r"^return rows\[1::2\], starts, ends - starts$",
                "each padded row starts and ends with 0, so the change that ends a run lies in the "
                "row of the change that starts it: rows[0::2] == rows[1::2]"),
     Equivalent("impl/nesting.py", "_not_binary",
