@@ -58,9 +58,10 @@ def host_read(tensor: torch.Tensor) -> list:
         return tensor.tolist()
 
 
-def host_put(data, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Host data (a list, a CPU tensor) as a `dtype` tensor on `device`, without making the
-    host wait: on CUDA a copy from pinned memory, queued behind the device's work
+def host_put(data, *, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Host data (a list, a CPU tensor or NumPy array) as a tensor on `device` (of `dtype`;
+    None: the data's own, or what torch infers from a list), without making the host wait: on
+    CUDA a copy from pinned memory, queued behind the device's work
     (`torch.tensor(data, device="cuda")` copies from pageable memory, which waits for the
     device to finish everything queued before it)."""
     device = torch.device(device)

@@ -181,7 +181,7 @@ def restore_order(outputs, micro_batches):
         raise ValueError("micro_batches must list every index in range(n) exactly once")
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(n, dtype=torch.int64)
-    return rows[host_put(inverse, dtype=torch.int64, device=device)]
+    return rows[host_put(inverse, device=device)]
 
 
 def ulysses_pad(length, sp_size) -> int:

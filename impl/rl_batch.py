@@ -380,8 +380,7 @@ def _flatten_tokens(rows, name, device):
         except (TypeError, ValueError, OverflowError):
             pass  # fall through to the row-by-row conversion, which names the row
         else:
-            return (host_put(torch.from_numpy(lengths), dtype=torch.int64, device=device),
-                    host_put(torch.from_numpy(flat), dtype=torch.int64, device=device))
+            return host_put(lengths, device=device), host_put(flat, device=device)
     with documented():  # mixed rows (tensors among lists): read row by row, as the reference
         converted = [_spec._token_list(row, name, i) for i, row in enumerate(rows)]
     lengths = [len(r) for r in converted]
@@ -417,9 +416,8 @@ def _flatten_values(values, name, r_len, device, verdicts: Verdicts, allow_scala
         except (TypeError, ValueError, OverflowError):
             pass  # the row-by-row path below raises the reference's error for the bad row
         else:
-            _check_lengths(host_put(lengths, dtype=torch.int64, device=device), r_len, name,
-                           verdicts)
-            return _Values(host_put(flat, dtype=torch.float32, device=device))
+            _check_lengths(host_put(lengths, device=device), r_len, name, verdicts)
+            return _Values(host_put(flat, device=device))
     return _flatten_mixed(values, name, r_len, device, allow_scalar)
 
 

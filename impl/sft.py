@@ -533,9 +533,9 @@ def _attention_values(batch: Batch, device) -> torch.Tensor | None:
             _check_values(batch)
     given = [isinstance(m, torch.Tensor) for m in masks]
     if not any(given):  # every row made here, on the host: one copy to the device
-        flat = host_put(torch.cat(rows), dtype=torch.uint8, device=device)
+        flat = host_put(torch.cat(rows), device=device)
     else:  # the given rows as they are, the ones made here copied
-        flat = torch.cat([r.to(device) if mine else host_put(r, dtype=r.dtype, device=device)
+        flat = torch.cat([r.to(device) if mine else host_put(r, device=device)
                           for r, mine in zip(rows, given)])
     if batch.has_tensors and not host_read(((flat == 0) | (flat == 1)).all()):  # a verdict
         with documented():  # the error path: the reference's value pass names the row

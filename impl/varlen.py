@@ -94,8 +94,7 @@ def _host_lengths(p_lengths, p_host, r_lengths, r_host) -> tuple[torch.Tensor, t
     unknown = [device for device, host in ((p_lengths, p_host), (r_lengths, r_host))
                if host is None]
     if unknown:
-        read = iter(torch.tensor(host_read(torch.stack(unknown)), dtype=torch.int64)
-                    .reshape(len(unknown), -1))
+        read = iter(torch.tensor(host_read(torch.stack(unknown))).reshape(len(unknown), -1))
         p_host = next(read) if p_host is None else p_host
         r_host = next(read) if r_host is None else r_host
     return p_host, r_host
@@ -118,16 +117,15 @@ def _flatten(rows, name: str, device: torch.device):
     # raises its error, naming the row, for a value that is not an int within int64)
     parts = [_row_tensor(row, name, k) for k, row in enumerate(rows)]
     lengths = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
-    flat = torch.cat([_on(p, device) for p in parts]) if parts else \
-        torch.zeros(0, dtype=torch.int64, device=device)
-    return flat.to(dtype=torch.int64), host_put(lengths, dtype=torch.int64, device=device), lengths
+    # (never no rows here: an empty list is a list of lists, converted above)
+    return torch.cat([_on(p, device) for p in parts]), host_put(lengths, device=device), lengths
 
 
 def _on(part: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A row on `device`: a row given on the host is copied without making the host wait."""
     if part.device == torch.device(device):
         return part
-    return host_put(part, dtype=part.dtype, device=device)
+    return host_put(part, device=device)
 
 
 def _flatten_lists(rows, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -141,8 +139,7 @@ def _flatten_lists(rows, device: torch.device) -> tuple[torch.Tensor, torch.Tens
     except OverflowError:
         return None
     lengths = torch.tensor(list(map(len, rows)), dtype=torch.int64)
-    return (host_put(torch.from_numpy(values), dtype=torch.int64, device=device),
-            host_put(lengths, dtype=torch.int64, device=device), lengths)
+    return host_put(values, device=device), host_put(lengths, device=device), lengths
 
 
 def _rows(rows, name: str) -> list:
@@ -435,7 +432,7 @@ def unpad(x, attention_mask):
     row_sums = attention_mask.sum(dim=-1, dtype=torch.int32)
     # one read: the mask's verdict (values other than 0 and 1), the output's size, max_seqlen
     outside = (attention_mask != 0) & (attention_mask != 1)
-    longest = torch.cat([row_sums, row_sums.new_zeros(1)]).max()
+    longest = row_sums.amax() if row_sums.numel() else row_sums.new_zeros(())
     bad, real, max_seqlen = host_read(torch.stack(
         [outside.any().long(), (flat_mask != 0).sum(), longest.long()]))
     if bad:
@@ -590,7 +587,7 @@ def _with_responses(samples: _Samples) -> _Samples:
     device = samples.prompt_tokens.device
     p_keep = torch.repeat_interleave(keep, samples.host_prompt_lengths).nonzero().flatten()
     r_keep = torch.repeat_interleave(keep, samples.host_response_lengths).nonzero().flatten()
-    on_device = [host_put(index, dtype=torch.int64, device=device)
+    on_device = [host_put(index, device=device)
                  for index in (p_keep, r_keep, kept)]
     return _Samples(
         samples.prompt_tokens[on_device[0]], samples.response_tokens[on_device[1]],

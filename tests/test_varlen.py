@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
-from batchproof import registry
+from batchproof import placements, registry
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
 from batchproof.impl import _cpu, kernels
 from batchproof.impl import varlen as impl
@@ -940,3 +940,37 @@ def test_small_int_lists_are_read_by_marshal_not_packed() -> None:
         patch.setattr(impl, "byte_view", _fail)
         actual = impl.pack_varlen([[1, 2], [3]], [[4], []], pad_to_multiple=4)
     assert_identical(reference.pack_varlen([[1, 2], [3]], [[4], []], pad_to_multiple=4), actual)
+
+
+_BAD_REPADS = {
+    "negative batch only": (torch.zeros(0), torch.zeros(0, dtype=torch.int64), -1, 4),
+    "index equal to B * S": (torch.zeros(2), torch.tensor([1, 4]), 1, 4),
+    "a repeat of zero": (torch.zeros(3), torch.tensor([2, 0, 0]), 1, 4),
+    "a repeat after a larger one": (torch.zeros(4), torch.tensor([3, 1, 2, 1]), 1, 4),
+    "a repeat of the largest": (torch.zeros(3), torch.tensor([3, 1, 3]), 1, 4),
+}
+
+
+@pytest.mark.parametrize("placement", ["cpu", "generic"])
+@pytest.mark.parametrize("case", _BAD_REPADS.values(), ids=_BAD_REPADS.keys())
+def test_repad_rejects_what_the_reference_rejects_with_its_message(case, placement) -> None:
+    """Each check of repad's indices names the entry the reference names (its first bad one)."""
+    with pytest.raises(ValueError) as expected:
+        reference.repad(*case)
+    with placements.placed(placement), pytest.raises(ValueError) as actual:
+        impl.repad(*case)
+    assert str(actual.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("responses_jagged", [True, False])
+def test_pack_varlen_with_one_argument_jagged_and_the_other_rows(responses_jagged) -> None:
+    """Prompts as rows and responses jagged (or the other way round): the host lengths of the
+    rows and the one read of the jagged lengths end up on the right side."""
+    prompts = [torch.tensor([5, 6]), torch.tensor([7]), torch.tensor([8, 9, 10])]
+    responses = [torch.tensor([1]), torch.tensor([2, 3, 4]), torch.tensor([5, 6])]
+    jagged = torch.nested.nested_tensor(responses if responses_jagged else prompts,
+                                        layout=torch.jagged)
+    args = (prompts, jagged) if responses_jagged else (jagged, responses)
+    for placement in ("cpu", "generic"):
+        with placements.placed(placement):
+            assert_identical(impl.pack_varlen(*args), reference.pack_varlen(prompts, responses))

