@@ -67,6 +67,8 @@ def host_put(data, *, device: torch.device, dtype: torch.dtype | None = None) ->
     device = torch.device(device)
     if device.type == "cuda":
         host = torch.as_tensor(data, dtype=dtype)
+        if host.device.type != "cpu":  # not host data after all (a row on another GPU)
+            return host.to(device)
         return host.pin_memory().to(device, non_blocking=True)
     with documented(count=False):
         return torch.as_tensor(data, dtype=dtype, device=device)
