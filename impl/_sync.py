@@ -4,9 +4,9 @@ On CUDA a host read (`.tolist()`, `int(t)`, `bool(t)`, `nonzero`, a copy to or f
 memory) waits for the device to finish everything queued before it. An op of `impl/` given
 device-resident inputs reads the device only through `host_read`: the output widths its shapes
 need, and the validation verdicts it raises the reference's errors from, read together in one
-transfer where the op can. Anything else is a defect that
-`tests/test_host_reads.py` finds on the CPU (`batchproof.host_reads`, a model of CUDA's sync
-points) and `tests/test_gpu_host_reads.py` on CUDA (`torch.cuda.set_sync_debug_mode("error")`).
+transfer where the op can. Anything else is a defect that `tests/test_host_reads.py` finds:
+on the CPU with `batchproof.host_reads`' model of CUDA's sync points, and on CUDA (its `gpu`
+test) under `torch.cuda.set_sync_debug_mode("error")`.
 
     widths = host_read(torch.stack([lengths.max(), bad.sum()]))     # one read, a list of ints
     lengths = host_put([3, 1, 2], dtype=torch.int64, device=device)  # host data in, no wait
@@ -61,7 +61,8 @@ def host_read(tensor: torch.Tensor) -> list:
 def host_put(data, *, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """Host data (a list, a CPU tensor or NumPy array) as a tensor on `device` (of `dtype`;
     None: the data's own, or what torch infers from a list), without making the host wait: on
-    CUDA a copy from pinned memory, queued behind the device's work
+    CUDA a copy from pinned memory, queued behind the device's work. A tensor already on a
+    device is moved as `.to(device)` moves it (not copied where it already is)
     (`torch.tensor(data, device="cuda")` copies from pageable memory, which waits for the
     device to finish everything queued before it)."""
     device = torch.device(device)

@@ -531,12 +531,10 @@ def _attention_values(batch: Batch, device) -> torch.Tensor | None:
                         if m else torch.zeros(0, dtype=torch.uint8))
         else:
             _check_values(batch)
-    given = [isinstance(m, torch.Tensor) for m in masks]
-    if not any(given):  # every row made here, on the host: one copy to the device
+    if any(isinstance(m, torch.Tensor) for m in masks):  # given rows, wherever they are
+        flat = torch.cat([host_put(r, device=device) for r in rows])
+    else:  # every row made here, on the host: one copy to the device
         flat = host_put(torch.cat(rows), device=device)
-    else:  # the given rows as they are, the ones made here copied
-        flat = torch.cat([r.to(device) if mine else host_put(r, device=device)
-                          for r, mine in zip(rows, given)])
     if batch.has_tensors and not host_read(((flat == 0) | (flat == 1)).all()):  # a verdict
         with documented():  # the error path: the reference's value pass names the row
             _check_values(batch)

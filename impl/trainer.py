@@ -120,9 +120,12 @@ def broadcast_stepwise_advantages(scalars, traj_ids, response_mask) -> torch.Ten
         ids = _traj_ids(traj_ids, response_mask.shape[0], device)
         values = _scalars(scalars, device, verdicts)
         bad = (ids < 0) | (ids >= values.shape[0])
-        verdicts.add(bad.any(), lambda: ValueError(
-            f"traj_ids[{int(bad.nonzero()[0, 0])}]={int(ids[bad.nonzero()[0, 0]])} is out of "
-            f"range for {values.shape[0]} trajectory scalars"))
+
+        def out_of_range() -> ValueError:
+            row = int(bad.nonzero()[0, 0])
+            return ValueError(f"traj_ids[{row}]={int(ids[row])} is out of range for "
+                              f"{values.shape[0]} trajectory scalars")
+        verdicts.add(bad.any(), out_of_range)
     per_row = values[ids].unsqueeze(1)
     return torch.where(response_mask == 1, per_row, 0.0)
 

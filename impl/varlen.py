@@ -118,14 +118,8 @@ def _flatten(rows, name: str, device: torch.device):
     parts = [_row_tensor(row, name, k) for k, row in enumerate(rows)]
     lengths = torch.tensor([part.shape[0] for part in parts], dtype=torch.int64)
     # (never no rows here: an empty list is a list of lists, converted above)
-    return torch.cat([_on(p, device) for p in parts]), host_put(lengths, device=device), lengths
-
-
-def _on(part: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A row on `device`: a row given on the host is copied without making the host wait."""
-    if part.device == torch.device(device):
-        return part
-    return host_put(part, device=device)
+    flat = torch.cat([host_put(part, device=device) for part in parts])
+    return flat, host_put(lengths, device=device), lengths
 
 
 def _flatten_lists(rows, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -587,11 +581,11 @@ def _with_responses(samples: _Samples) -> _Samples:
     device = samples.prompt_tokens.device
     p_keep = torch.repeat_interleave(keep, samples.host_prompt_lengths).nonzero().flatten()
     r_keep = torch.repeat_interleave(keep, samples.host_response_lengths).nonzero().flatten()
-    on_device = [host_put(index, device=device)
-                 for index in (p_keep, r_keep, kept)]
+    p_index, r_index, kept_index = (host_put(index, device=device)
+                                    for index in (p_keep, r_keep, kept))
     return _Samples(
-        samples.prompt_tokens[on_device[0]], samples.response_tokens[on_device[1]],
-        samples.prompt_lengths[on_device[2]], samples.response_lengths[on_device[2]],
+        samples.prompt_tokens[p_index], samples.response_tokens[r_index],
+        samples.prompt_lengths[kept_index], samples.response_lengths[kept_index],
         samples.host_prompt_lengths[kept], samples.host_response_lengths[kept],
     )
 

@@ -233,6 +233,7 @@ ONLY_EMPTY_SAMPLES_REJECTED = KnownDivergence(
         "empty') for a batch whose every sample has p + r == 0; the contract packs it into a "
         "row of no tokens (cu_seqlens [0]). A choice, not a wrong number.")
 
+
 def has_empty_sample_before_a_response(case: Case) -> bool:
     """An empty sample (p + r == 0) before a sample with response tokens."""
     prompts, responses = case.args[:2]
@@ -251,6 +252,7 @@ EMPTY_SAMPLE_RENUMBERS_SEQ_IDX = KnownDivergence(
         "numbers the examples that remain: a token of feature 3 after an empty feature 2 "
         "gets seq_idx 2, so seq_idx no longer names the feature it came from (the contract's "
         "sample_index does). Found by batchproof check against 5.24.0.")
+
 
 PACK_VARLEN_KNOWN_5_23 = (
     KnownDivergence(

@@ -203,8 +203,8 @@ def _extract_unchecked(td, output, *, orphans_checked=True, long_rows_checked=Tr
     prompt_width, response_width, attention = _impl._attention_runs(td)
     if not isinstance(output, torch.Tensor):
         raise TypeError("output must be a tensor")
-    prompt = attention.split(prompt_width, left=True).row_totals()
-    response = attention.split(prompt_width, left=False).row_totals()
+    prompt = attention.split_totals(prompt_width, left=True)
+    response = attention.split_totals(prompt_width, left=False)
     with Verdicts() as verdicts:
         values, row_starts = _impl._output_values(output, prompt + response, verdicts)
     if long_rows_checked and bool((response > response_width).any()):
