@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from batchproof.impl import kernels
 from batchproof.impl._cpu import small_int_rows
