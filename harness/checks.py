@@ -445,6 +445,11 @@ def _snapshot(case: Case) -> Any:
 
 
 def _clone(value: Any) -> Any:
+    if isinstance(value, TensorDictBase) and value.device is not None:
+        # tensordict's clone() of a TensorDict with a device loses the sign of zero (-0.0
+        # comes back +0.0, tensordict 0.15.3): a snapshot would see a mutation that is not
+        # there, or miss one that flips a sign; clone each tensor instead
+        return value.apply(torch.clone)
     if isinstance(value, (torch.Tensor, TensorDictBase)):
         return value.clone()
     if isinstance(value, (list, tuple)):
