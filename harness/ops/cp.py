@@ -578,7 +578,7 @@ def bad_shift_cases(draw) -> BadCase:
     if kind == "cu_first":
         return _bad((ids, [2] + cu[1:]), {}, ValueError, "cu_seqlens[0] != 0")
     if kind == "cu_decreasing":
-        return _bad((ids + [1], cu + [cu[-1] - 1 if cu[-1] else 1, cu[-1] + 1]), {}, ValueError,
+        return _bad((ids + [1, 2], cu + [cu[-1] + 2, cu[-1] + 1, cu[-1] + 2]), {}, ValueError,
                     "decreasing cu_seqlens")
     if kind == "cu_end":
         return _bad((ids + [1, 2], cu), {}, ValueError, "cu_seqlens[-1] != N")
@@ -1560,9 +1560,9 @@ def bad_micro_batches(draw) -> BadCase:
         plain[k]["cu_seqlens"] = torch.cat([cu, cu[-1:] - 1, cu[-1:]])
         return _bad((plain,), {}, ValueError, f"rows[{k}] decreasing")
     if kind == "cp_size_differs" and "cp_size" in plain[0]:
-        plain[-1]["cp_size"] = plain[0]["cp_size"] + 1
         if len(plain) == 1:
             plain.append(dict(plain[0]))
+        plain[-1]["cp_size"] = plain[0]["cp_size"] + 1
         return _bad((plain,), {}, ValueError, "cp sizes differ")
     plain[k]["input_ids"] = torch.cat([plain[k]["input_ids"],
                                        torch.zeros((1, 1), dtype=torch.int64)], 1)
