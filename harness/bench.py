@@ -35,6 +35,7 @@ WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "nesting": _nesting_workload,
     "sft.collate_sft": workloads.collate_sft_workload,
     "sft.pack_sft": workloads.pack_sft_workload,
+    "cp.shard": workloads.cp_shard_workload,
 }
 
 
@@ -46,6 +47,7 @@ DEVICE_WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "nesting": workloads.nest_device_workload,
     "nesting.unnest_by_mask": workloads.unnest_device_workload,
     "sft.pack_sft": workloads.pack_sft_device_workload,
+    "cp.shard": workloads.cp_shard_device_workload,
 }
 QUICK_DEVICE_SIZE = {"batch": 64, "prompt_max": 64, "response_max": 256}
 QUICK_DEVICE_SIZES = {"sft.pack_sft": {"batch": 64, "length_max": 256}}  # other size names

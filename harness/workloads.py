@@ -511,3 +511,59 @@ def pack_sft_device_workload(batch: int = 8192, device: str = "cpu", seed: int =
     return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.1f} M tokens "
                     f"({input_bytes / 1e9:.2f} GB jagged, on {device}), {rows} x {width} rows, "
                     "dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens, check)
+
+
+# --------------------------------------------------------------------------- cp
+
+CP_BENCH_SIZE = 8  # cp ranks: the zigzag chunks are 2·8 = 16 per sequence
+
+
+def device_cp_row(batch: int, device: str, prompt_max: int, response_max: int, seed: int = 0,
+                  cp_size: int = CP_BENCH_SIZE) -> tuple[TensorDict, int]:
+    """(pad_for_cp's padded row made on the device, its real tokens): the rl_batch device
+    workload's samples (lengths uniform in [1, prompt_max] + [1, response_max]) packed into one
+    row of `batch` sequences, each padded to a multiple of 2·cp, with a per-token float32 loss
+    mask of ~90% ones."""
+    from batchproof.impl import cp
+
+    _, _, _, p_len, r_len = device_rl_batch_inputs(batch, device, prompt_max, response_max, seed)
+    lengths = p_len + r_len
+    cu = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+    tokens = int(cu[-1])
+    on = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.randint(0, 32000, (tokens,), generator=on, device=device)
+    mask = (torch.rand(tokens, generator=on, device=device) < 0.9).float()
+    return cp.pad_for_cp(ids, cu, cp_size=cp_size, loss_mask=mask), tokens
+
+
+def cp_shard_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                             prompt_max: int = 2048, response_max: int = 14336,
+                             cp_size: int = CP_BENCH_SIZE) -> Workload:
+    """`cp.shard` (zigzag, every rank) of one padded row of trainer scale (`device_cp_row`: the
+    rl_batch device workload's tokens): the impl (the Triton index and gather kernels on CUDA)
+    and the write floor of its outputs (four per-token fields, padded_index and token_index per
+    rank, the local boundaries)."""
+    from batchproof.impl import cp
+
+    padded, tokens = device_cp_row(batch, device, prompt_max, response_max, seed, cp_size)
+    outputs, output_bytes = _tensor_bytes(_parts(cp.shard(padded, cp_size=cp_size)))
+
+    def check():
+        from batchproof.reference import cp as reference
+
+        _check_against(reference.shard(padded.to("cpu"), cp_size=cp_size),
+                       cp.shard(padded, cp_size=cp_size), "shard")
+
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (tensors)": lambda: cp.shard(padded, cp_size=cp_size),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    total = padded["input_ids"].shape[1]
+    size = (f"{batch} sequences, {tokens:,} tokens padded to {total:,} for cp={cp_size} "
+            f"(on {device})")
+    return Workload("cp", "shard", size, variants, output_bytes, tokens, check)
+
+
+def cp_shard_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
+    """`cp.shard` at the default bench scale: the rl_batch list workload's lengths (prompts up
+    to 500, responses up to 2000), made as tensors."""
+    return cp_shard_device_workload(batch, device, seed, prompt_max=500, response_max=2000)

@@ -232,24 +232,48 @@ def _contiguous(cp_size: int, layout: str) -> bool:
     return layout == "contiguous" or cp_size == 1
 
 
-def _slots(cu, padded, ranks: torch.Tensor, n: int, cp_size: int, layout: str):
+def _ramps(lengths: torch.Tensor, shift: torch.Tensor, count: int) -> torch.Tensor:
+    """k + shift[run of k] for the `count` items k grouped in runs of `lengths`: a cumsum of ones
+    with a jump where each run starts (runs that start at the same item, empty ones, add their
+    jumps there, which telescope).
+
+        lengths 2 0 3, shift 0 4 4  ->  0 1 6 7 8
+    """
+    steps = torch.ones(count + 1, dtype=torch.int64, device=lengths.device)
+    jumps = torch.diff(shift, prepend=shift.new_ones(1))  # run 0: from -1 + 1 to shift_0
+    steps.index_add_(0, torch.cumsum(lengths, 0) - lengths, jumps)
+    return steps[:count].cumsum_(0)
+
+
+def _runs(lengths: torch.Tensor, starts: torch.Tensor, count: int) -> torch.Tensor:
+    """The items of runs of `lengths` items, run j counting up from starts[j]."""
+    return _ramps(lengths, starts - (torch.cumsum(lengths, 0) - lengths), count)
+
+
+def _stream_tokens(cu, padded, total: int, real: int) -> torch.Tensor:
+    """(Tp,) int64: the real row's index of every stream position's token, -1 at pads. Token t
+    of sequence i sits at stream position t + (cu_seqlens_padded[i] - cu_seqlens[i])."""
+    at = _runs(cu.diff(), padded[:-1], real)
+    tokens = torch.full((total,), -1, dtype=torch.int64, device=cu.device)
+    return tokens.scatter_(0, at, torch.arange(real, dtype=torch.int64, device=cu.device))
+
+
+def _slots(cu, padded, ranks: torch.Tensor, n: int, cp_size: int, layout: str, real: int):
     """(padded_index, token_index), (R, n) int64: for local slot j of each rank in `ranks`,
-    the stream position it holds and that position's token (-1 for a pad)."""
-    local = torch.arange(n, dtype=torch.int64, device=padded.device)
+    the stream position it holds and that position's token (-1 for a pad). `real`: the real
+    row's tokens, cu_seqlens[-1]."""
+    total = n * cp_size
+    tokens = _stream_tokens(cu, padded, total, real)
     if _contiguous(cp_size, layout):
-        positions = ranks[:, None] * n + local[None, :]
-        owner = _owners(padded[1:], positions)
-    else:
-        owner = _owners(padded[1:] // cp_size, local)[None, :].expand(ranks.shape[0], n)
-        start = padded[owner]
-        chunk = (padded[owner + 1] - start) // (2 * cp_size)
-        within = local[None, :] - start // cp_size
-        second = within >= chunk
-        k = torch.where(second, 2 * cp_size - 1 - ranks[:, None], ranks[:, None])
-        positions = start + k * chunk + within - second * chunk
-    within = positions - padded[owner]
-    tokens = torch.where(within < (cu[owner + 1] - cu[owner]), cu[owner] + within, -1)
-    return positions, tokens
+        positions = ranks[:, None] * n + torch.arange(n, dtype=torch.int64, device=cu.device)
+        return positions, tokens.reshape(cp_size, n)[ranks]
+    # rank r: chunk r then chunk 2·cp-1-r of every sequence, each a run of c_i positions
+    chunk = padded.diff() // (2 * cp_size)
+    k = torch.stack([ranks, 2 * cp_size - 1 - ranks], 1)  # (R, 2)
+    starts = padded[None, :-1, None] + k[:, None, :] * chunk[None, :, None]  # (R, S, 2)
+    lengths = chunk[None, :, None].expand(starts.shape).reshape(-1)
+    positions = _runs(lengths, starts.reshape(-1), ranks.shape[0] * n).reshape(ranks.shape[0], n)
+    return positions, tokens[positions]
 
 
 def _slots_triton(cu, padded, ranks: torch.Tensor, n: int, cp_size: int, layout: str,
@@ -332,7 +356,8 @@ def shard(padded, *, cp_size, layout="zigzag", cp_rank=None) -> TensorDict:
                                        device, verdicts)
         _ends_at(cu_padded, "cu_seqlens_padded", "input_ids", total, verdicts)
         _check_layout_multiple(cu_padded, total, cp_size, layout, verdicts)
-        (longest_span,) = verdicts.settle(also=_longest(cu_padded.diff()))
+        longest_span, real = verdicts.settle(also=torch.stack([_longest(cu_padded.diff()),
+                                                               cu[-1]]))
 
     n = total // cp_size
     ranks = (torch.arange(cp_size, dtype=torch.int64, device=device) if cp_rank is None
@@ -341,7 +366,7 @@ def shard(padded, *, cp_size, layout="zigzag", cp_rank=None) -> TensorDict:
         positions, tokens = _slots_triton(cu, cu_padded, ranks, n, cp_size, layout, cp_rank,
                                           longest_span)
     else:
-        positions, tokens = _slots(cu, cu_padded, ranks, n, cp_size, layout)
+        positions, tokens = _slots(cu, cu_padded, ranks, n, cp_size, layout, real)
     count = ranks.shape[0]
     out = {}
     for key in fields:
@@ -383,7 +408,7 @@ def shard_bshd(batch, *, cp_size, layout="zigzag", cp_rank=None) -> TensorDict:
     n = columns // cp_size
     # one sequence per row: the whole row, no pad
     whole = torch.arange(2, dtype=torch.int64, device=device) * columns  # [0, S]
-    chosen, _ = _slots(whole, whole, ranks, n, cp_size, layout)  # (R, n) columns
+    chosen, _ = _slots(whole, whole, ranks, n, cp_size, layout, columns)  # (R, n) columns
     count = ranks.shape[0]
     out = {}
     for key in keys:
@@ -435,19 +460,22 @@ def unshard(outputs, cu_seqlens, cu_seqlens_padded, *, layout="zigzag") -> torch
 
 
 def _unshard_index(cu, padded, total: int, n: int, cp_size: int, layout: str) -> torch.Tensor:
-    """The flat slot rank * n + local slot each real token is read from."""
-    tokens = torch.arange(total, dtype=torch.int64, device=cu.device)
-    owner = _owners(cu[1:], tokens)
-    within = tokens - cu[owner]
-    start = padded[owner]
+    """The flat slot rank * n + local slot each of the `total` real tokens is read from: runs of
+    consecutive slots, one per sequence (contiguous: its real tokens sit at stream positions
+    t + padded_i - cu_i, and flat slot = stream position) or per zigzag chunk of it."""
+    lengths = cu.diff()
     if _contiguous(cp_size, layout):
-        return start + within  # rank g // n, slot g % n: flat g
-    chunk = (padded[owner + 1] - start) // (2 * cp_size)
-    k = within // chunk
-    q = within - k * chunk
+        return _runs(lengths, padded[:-1], total)
+    # chunk k of sequence i holds real tokens k·c_i .. on rank k (k < cp) or 2·cp-1-k, from
+    # local slot a_i / cp (first chunk) or a_i / cp + c_i (second)
+    chunk = padded.diff() // (2 * cp_size)
+    k = torch.arange(2 * cp_size, dtype=torch.int64, device=cu.device)[None, :]
     first = k < cp_size
     rank = torch.where(first, k, 2 * cp_size - 1 - k)
-    return rank * n + start // cp_size + torch.where(first, q, chunk + q)
+    slot = padded[:-1, None] // cp_size + torch.where(first, 0, chunk[:, None])
+    held = (lengths[:, None] - k * chunk[:, None]).clamp(min=0)
+    held = torch.minimum(held, chunk[:, None])  # (S, 2·cp): real tokens of each chunk
+    return _runs(held.reshape(-1), (rank * n + slot).reshape(-1), total)
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def test_quick_run_writes_every_variant(tmp_path) -> None:
 
 TRAINER_SCALE = {"rl_batch": "impl (jagged)", "varlen": "impl (jagged)",
                  "nesting": "impl (dense)", "nesting.unnest_by_mask": "impl (jagged)",
-                 "sft.pack_sft": "impl (jagged)"}
+                 "sft.pack_sft": "impl (jagged)", "cp.shard": "impl (tensors)"}
 
 
 def test_trainer_scale_from_device_tensors(tmp_path) -> None:
