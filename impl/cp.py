@@ -250,30 +250,37 @@ def _runs(lengths: torch.Tensor, starts: torch.Tensor, count: int) -> torch.Tens
     return _ramps(lengths, starts - (torch.cumsum(lengths, 0) - lengths), count)
 
 
-def _stream_tokens(cu, padded, total: int, real: int) -> torch.Tensor:
-    """(Tp,) int64: the real row's index of every stream position's token, -1 at pads. Token t
-    of sequence i sits at stream position t + (cu_seqlens_padded[i] - cu_seqlens[i])."""
-    at = _runs(cu.diff(), padded[:-1], real)
-    tokens = torch.full((total,), -1, dtype=torch.int64, device=cu.device)
-    return tokens.scatter_(0, at, torch.arange(real, dtype=torch.int64, device=cu.device))
+def _tokens_of_runs(lengths: torch.Tensor, starts: torch.Tensor, real: torch.Tensor,
+                    count: int) -> torch.Tensor:
+    """token_index over runs of stream positions: run j holds `real[j]` real tokens counting up
+    from starts[j], then pads (-1). Each run is two runs of `_runs`: the pads' counting up from
+    -(pads + 1), which stays below 0, then clamped to -1."""
+    pads = lengths - real
+    both = torch.stack([real, pads], -1).reshape(-1)
+    firsts = torch.stack([starts, -pads - 1], -1).reshape(-1)
+    return _runs(both, firsts, count).clamp_(min=-1)
 
 
-def _slots(cu, padded, ranks: torch.Tensor, n: int, cp_size: int, layout: str, real: int):
+def _slots(cu, padded, ranks: torch.Tensor, n: int, cp_size: int, layout: str):
     """(padded_index, token_index), (R, n) int64: for local slot j of each rank in `ranks`,
-    the stream position it holds and that position's token (-1 for a pad). `real`: the real
-    row's tokens, cu_seqlens[-1]."""
-    total = n * cp_size
-    tokens = _stream_tokens(cu, padded, total, real)
+    the stream position it holds and that position's token (-1 for a pad)."""
+    lengths, spans = cu.diff(), padded.diff()
     if _contiguous(cp_size, layout):
         positions = ranks[:, None] * n + torch.arange(n, dtype=torch.int64, device=cu.device)
+        tokens = _tokens_of_runs(spans, cu[:-1], lengths, n * cp_size)  # (stream order)
         return positions, tokens.reshape(cp_size, n)[ranks]
-    # rank r: chunk r then chunk 2·cp-1-r of every sequence, each a run of c_i positions
-    chunk = padded.diff() // (2 * cp_size)
-    k = torch.stack([ranks, 2 * cp_size - 1 - ranks], 1)  # (R, 2)
-    starts = padded[None, :-1, None] + k[:, None, :] * chunk[None, :, None]  # (R, S, 2)
-    lengths = chunk[None, :, None].expand(starts.shape).reshape(-1)
-    positions = _runs(lengths, starts.reshape(-1), ranks.shape[0] * n).reshape(ranks.shape[0], n)
-    return positions, tokens[positions]
+    # rank r: chunk r then chunk 2·cp-1-r of every sequence, each a run of c_i positions of
+    # which the first clamp(l_i - k·c_i, 0, c_i) are real tokens
+    chunk = spans // (2 * cp_size)
+    k = torch.stack([ranks, 2 * cp_size - 1 - ranks], 1)[:, None, :]  # (R, 1, 2)
+    offset = k * chunk[None, :, None]  # (R, S, 2): where the chunk starts in its sequence
+    sizes = chunk[None, :, None].expand(offset.shape)
+    count = ranks.shape[0] * n
+    positions = _runs(sizes.reshape(-1), (padded[None, :-1, None] + offset).reshape(-1), count)
+    real = torch.minimum((lengths[None, :, None] - offset).clamp(min=0), sizes)
+    tokens = _tokens_of_runs(sizes.reshape(-1), (cu[None, :-1, None] + offset).reshape(-1),
+                             real.reshape(-1), count)
+    return positions.reshape(ranks.shape[0], n), tokens.reshape(ranks.shape[0], n)
 
 
 def _slots_triton(cu, padded, ranks: torch.Tensor, n: int, cp_size: int, layout: str,
@@ -356,8 +363,7 @@ def shard(padded, *, cp_size, layout="zigzag", cp_rank=None) -> TensorDict:
                                        device, verdicts)
         _ends_at(cu_padded, "cu_seqlens_padded", "input_ids", total, verdicts)
         _check_layout_multiple(cu_padded, total, cp_size, layout, verdicts)
-        longest_span, real = verdicts.settle(also=torch.stack([_longest(cu_padded.diff()),
-                                                               cu[-1]]))
+        (longest_span,) = verdicts.settle(also=_longest(cu_padded.diff()))
 
     n = total // cp_size
     ranks = (torch.arange(cp_size, dtype=torch.int64, device=device) if cp_rank is None
@@ -366,7 +372,7 @@ def shard(padded, *, cp_size, layout="zigzag", cp_rank=None) -> TensorDict:
         positions, tokens = _slots_triton(cu, cu_padded, ranks, n, cp_size, layout, cp_rank,
                                           longest_span)
     else:
-        positions, tokens = _slots(cu, cu_padded, ranks, n, cp_size, layout, real)
+        positions, tokens = _slots(cu, cu_padded, ranks, n, cp_size, layout)
     count = ranks.shape[0]
     out = {}
     for key in fields:
@@ -408,7 +414,7 @@ def shard_bshd(batch, *, cp_size, layout="zigzag", cp_rank=None) -> TensorDict:
     n = columns // cp_size
     # one sequence per row: the whole row, no pad
     whole = torch.arange(2, dtype=torch.int64, device=device) * columns  # [0, S]
-    chosen, _ = _slots(whole, whole, ranks, n, cp_size, layout, columns)  # (R, n) columns
+    chosen, _ = _slots(whole, whole, ranks, n, cp_size, layout)  # (R, n) columns
     count = ranks.shape[0]
     out = {}
     for key in keys:
