@@ -143,8 +143,6 @@ def sh(command: str, venv: Path, cwd: Path, outcome: Outcome,
                             text=True)
     outcome.output.append(f"$ {command}  (exit {result.returncode}, "
                           f"{time.perf_counter() - started:.0f} s)")
-    if result.returncode != 0:
-        outcome.output.append((result.stdout + result.stderr)[-6000:])
     return result
 
 
@@ -168,7 +166,9 @@ def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> 
                           downloads=shlex.quote(str(downloads))).replace(
                               "pip install ", "pip install -q ", 1) for step in release.install]
     for step in steps:
-        if sh(step, venv, root, outcome).returncode != 0:
+        result = sh(step, venv, root, outcome)
+        if result.returncode != 0:
+            outcome.output.append((result.stdout + result.stderr)[-6000:])
             outcome.venv = "failed"
             outcome.problems.append("the venv could not be built")
             return None
@@ -195,7 +195,9 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
     constraints = venv / "constraints.txt"
     install = (f"pip install -q --no-deps --force-reinstall -c {shlex.quote(str(constraints))} "
                f"{shlex.quote(str(wheel))}")
-    if sh(install, venv, REPO, outcome).returncode != 0:
+    result = sh(install, venv, REPO, outcome)
+    if result.returncode != 0:
+        outcome.output.append((result.stdout + result.stderr)[-6000:])
         outcome.problems.append("batchproof's wheel could not be installed")
         return
     single = {"OMP_NUM_THREADS": "1", "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -228,7 +230,19 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
         what = {1: "a new divergence", 3: "batchproof failed (exit 3)"}.get(
             check.returncode, f"exit {check.returncode}")
         outcome.problems.append(f"check: {what}")
-        outcome.output.append((check.stdout + check.stderr)[-12000:])
+        outcome.output.append(_failures_of(check.stdout) + check.stderr[-3000:])
+
+
+def _failures_of(stdout: str) -> str:
+    """What a failing `batchproof check` printed about its failures: each new divergence's
+    or error's section and the summary line (the tables of passing checks left out)."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines)
+              if "new divergence:" in line or "error (batchproof's own)" in line
+              or "DIVERGED OTHERWISE" in line or "NEW: diverged" in line]
+    kept = [lines[i] for i in range(len(lines))
+            if any(0 <= i - s < 12 for s in starts)] + lines[-2:]
+    return "\n".join(kept)[-12000:] + "\n"
 
 
 def _pytest_summary(stdout: str) -> str:
