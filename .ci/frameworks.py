@@ -37,10 +37,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASES = Path(__file__).resolve().parent / "frameworks.toml"
@@ -92,7 +93,7 @@ def releases() -> list[Release]:
 
 def user_commands(release: Release) -> str:
     """The release's install as a user types it in a fresh venv (docs/frameworks.md)."""
-    lines = [f"python3.11 -m venv venv && . venv/bin/activate", f"pip install {TORCH}",
+    lines = ["python3.11 -m venv venv && . venv/bin/activate", f"pip install {TORCH}",
              f"echo {TORCH} > constraints.txt",
              f"pip install -c constraints.txt 'batchproof[{EXTRAS}]'"]
     lines += [step.format(constraints="constraints.txt", downloads="wheels")
@@ -146,7 +147,8 @@ def sh(command: str, venv: Path, cwd: Path, outcome: Outcome,
     return result
 
 
-def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> Path | None:
+def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome,
+                torch_index: str | None = None) -> Path | None:
     venv = root / release.name
     stamp = stamp_of(release, wheel)
     stamp_file = venv / ".batchproof-matrix-stamp"
@@ -158,7 +160,8 @@ def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> 
     constraints = venv / "constraints.txt"
     downloads = venv / "downloads"
     steps = [f"{shlex.quote(sys.executable)} -m venv {shlex.quote(str(venv))}",
-             "python -m pip install -q --upgrade pip", f"pip install -q {TORCH}",
+             "python -m pip install -q --upgrade pip",
+             f"pip install -q {TORCH}" + (f" --index-url {torch_index}" if torch_index else ""),
              f"echo {TORCH} > {shlex.quote(str(constraints))}",
              f"pip install -q -c {shlex.quote(str(constraints))} "
              f"{shlex.quote(f'batchproof[{EXTRAS}] @ {wheel.as_uri()}')}"]
@@ -178,11 +181,11 @@ def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> 
 
 
 def run_release(release: Release, root: Path, wheel: Path, max_examples: int,
-                reports: Path) -> Outcome:
+                reports: Path, torch_index: str | None = None) -> Outcome:
     outcome = Outcome(release.name)
     started = time.perf_counter()
     try:
-        venv = ensure_venv(release, root, wheel, outcome)
+        venv = ensure_venv(release, root, wheel, outcome, torch_index)
         if venv is not None:
             check_release(release, venv, wheel, max_examples, reports, outcome)
     finally:
@@ -265,6 +268,8 @@ def main() -> int:
                         help="examples per check (the ci profile, derandomized)")
     parser.add_argument("--json", type=Path, help="write the summary as JSON")
     parser.add_argument("--reports", type=Path, help="keep the check reports in this folder")
+    parser.add_argument("--torch-index-url", help="where pip finds torch==2.13.0 (default: "
+                        "pip's configuration; on these machines, a CPU wheel on local disk)")
     parser.add_argument("--commands", action="store_true",
                         help="print each release's install as a user types it, and stop")
     args = parser.parse_args()
@@ -286,8 +291,8 @@ def main() -> int:
         print(f"framework matrix: {len(chosen)} releases, {args.jobs} at a time, venvs in "
               f"{args.venvs}, {wheel.name}", flush=True)
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_release, r, args.venvs, wheel, args.max_examples, reports)
-                       for r in chosen]
+            futures = [pool.submit(run_release, r, args.venvs, wheel, args.max_examples,
+                                   reports, args.torch_index_url) for r in chosen]
             results = []
             for future in concurrent.futures.as_completed(futures):
                 results.append(future.result())

@@ -413,6 +413,14 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
                 if notes is not None:
                     notes.append(f"property {prop.name} not checked on this pin: it calls the "
                                  "function outside the scope")
+            except HarnessError:
+                raise
+            except AssertionError as err:
+                raise Mismatch(f"pin {name!r} failed ({pin.why}): property {prop.name}:\n"
+                               f"{err}") from None
+            except Exception as err:
+                err.add_note(f"raised while checking the property {prop.name} on pin {name!r}")
+                raise
         if pin.expect is not None:
             pin.expect(pin.case, output)
     except HarnessError:

@@ -400,7 +400,8 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 outcome.status = "new" if failure.kind == "divergence" else "error"
                 outcome.detail, outcome.notes = failure.message, failure.notes
                 if outcome.status == "new":
-                    outcome.traces = traces_to(base, check, stats.failing, failure.message)
+                    outcome.traces = traces_to(base, check, stats.failing, "\n".join(
+                        [failure.message, *failure.notes]))
                 # a replayed failure prints no blob of its own: keep the one replayed
                 outcome.minimal = failure.minimal
                 outcome.blob = failure.blob or (reproduce[1] if reproduce else "")
@@ -433,10 +434,12 @@ def traces_to(info: OpInfo, check: str, failing: Case | BadCase | None,
     if check == "errors" or (pin is not None and isinstance(pin.case, BadCase)):
         return ("skip", "errors")
     default = _layout_default(info)
-    prop = next((p for p in info.properties if f"property:{p.name}" == check), None)
+    # the property that failed: the check's, or the one a pin names in its failure
+    props = [p for p in info.properties if check == f"property:{p.name}"
+             or (pin is not None and re.search(rf"\bproperty {re.escape(p.name)}\b", detail))]
     case = pin.case if pin is not None else failing
     if default is not None and (
-            (prop is not None and "layout" in prop.varies)
+            any("layout" in p.varies for p in props)
             or (isinstance(case, Case) and Call.of(case, info.reference).arg("layout",
                                                                              default) != default)):
         return ("layout", default)
