@@ -27,8 +27,9 @@ from batchproof.adapters.runner import (
     check_adapter,
     print_report,
     replayer,
-    scoped,
+    scope_hint,
 )
+from batchproof.adapters.scope import Scope
 from batchproof.report import check_blob
 
 CheckReport = AdapterReport
@@ -90,13 +91,12 @@ def check(
     Returns the `CheckReport` when every check that ran passed.
     """
     __tracebackhide__ = True  # pytest shows the report, not this function's source
-    names = registry_record(record).check_names()
-    pairs = [f"{theirs}={ours}" for theirs, ours in (output_names or {}).items()]
-    chosen = scoped(_adapter(fn, record, adapter), forms=forms, not_provided=not_provided,
-                    skip=skip, layout=layout, output_names=pairs)
-    for name in checks or ():
-        if name not in names:
-            raise ValueError(f"{record} has no check {name!r}; its checks: {names}")
+    registry_record(record)
+    scope = Scope.of(forms=forms, skip=skip, not_provided=not_provided, layout=layout,
+                     output_names=output_names or {}, checks=checks)
+    base = _adapter(fn, record, adapter)
+    scope.validate([record])
+    chosen = scope.narrow(base)
     if max_examples is not None and (not isinstance(max_examples, int) or max_examples < 1):
         raise ValueError(f"max_examples must be a positive int, got {max_examples!r}")
     if settings is not None and not isinstance(settings, Settings):
@@ -106,13 +106,12 @@ def check(
     if reproduce:
         check_blob(reproduce)
     report = check_adapter(
-        chosen, chosen.wrap(fn), checks=list(checks) if checks else None,
+        chosen, chosen.guarded(fn), checks=list(scope.checks) if scope.checks else None,
         max_examples=max_examples, report_multiple_bugs=False, seed=seed,
         reproduce=(hypothesis.__version__, reproduce) if reproduce else None,
         base_settings=settings)
     if report.new or report.unexplained or report.errors or report.untested:
-        raise CheckFailed(render(report, fn, chosen, forms=forms, not_provided=not_provided,
-                                 skip=skip, layout=layout, output_names=pairs), report)
+        raise CheckFailed(render(report, fn, chosen), report)
     return report
 
 
@@ -148,24 +147,25 @@ def _target_of(fn: Callable[..., Any]) -> str | None:
     return f"{module}:{name}"
 
 
-def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter, *, forms=None,
-           not_provided=(), skip=(), layout=None, output_names=()) -> str:
-    """The report as `batchproof check` prints it, with replay lines for this call."""
+def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter) -> str:
+    """The report as `batchproof check` prints it, with replay lines for this call (in the
+    scope the adapter was narrowed to) and the scope hint."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=120, no_color=True, highlight=False,
                       force_terminal=False)
     target = _target_of(fn)
     registered = adapter.framework == "custom" or adapter.name in {
         a.name for a in all_adapters()}
+    custom = adapter.framework == "custom"
     if target is not None and registered:
-        replay = replayer(target, adapter.record,
-                          adapter=None if adapter.framework == "custom" else adapter.name,
-                          forms=forms, not_provided=not_provided, skip=skip, layout=layout,
-                          output_names=output_names)
+        replay = replayer(target, adapter, adapter=None if custom else adapter.name)
     else:
         def replay(outcome: CheckOutcome) -> str:
             extra = f", reproduce={outcome.blob!r}" if outcome.blob else ""
             return (f"batchproof.check(fn, {adapter.record!r}, <the same options>, "
                     f"checks=[{outcome.check!r}]{extra})")
     print_report(report, "your Hypothesis settings", replay=replay, console=console)
+    hint = scope_hint([report], target, adapter=None if custom else adapter.name)
+    if hint:
+        console.print(hint, markup=False, highlight=False, soft_wrap=True)
     return "\n" + buffer.getvalue().rstrip()

@@ -41,6 +41,12 @@ class HarnessError(AssertionError):
     oracle bug shows up this way); the CLI reports it apart, with exit status 3."""
 
 
+class OutsideScope(Exception):
+    """A property called the candidate again (a metamorphic property) with arguments outside the
+    scope it is checked on (an adapter's domain, `--layout`): the property cannot be checked on
+    that input, which is then not counted (Hypothesis draws another)."""
+
+
 @dataclass
 class CheckStats:
     """What one check did: how many examples it ran (pins included) and, when it failed, the last
@@ -62,6 +68,7 @@ def run_check(
     seed: int | None = None,
     reproduce: tuple[str, bytes | str] | None = None,
     admits: Callable[[Case | BadCase], bool] | None = None,
+    in_scope: Callable[[Case], bool] | None = None,
 ) -> CheckStats:
     """Run one named check of `info` against `candidate` (default: the record's `impl/` function).
 
@@ -72,6 +79,9 @@ def run_check(
     failure (`hypothesis.reproduce_failure`). After a failure, the minimal case drops the optional
     keyword arguments it still fails without (the same way); `admits` says which inputs such a
     smaller case may be (an adapter's domain, less its known divergences; default: any).
+    `in_scope` says which calls a metamorphic property may make of the candidate (an adapter's
+    domain; default: any): an input on which it would make another is not counted (a pin's
+    property is left out for that pin, and said so in `stats.notes`).
     """
     stats = stats if stats is not None else CheckStats()
     if check.startswith("pin:"):
@@ -79,12 +89,13 @@ def run_check(
         call = candidate if candidate is not None else _late_bound_impl(info)
         stats.examples += 1
         try:
-            check_pin(info, pin.name, call, device, messages=candidate is None)
+            check_pin(info, pin.name, call, device, messages=candidate is None,
+                      in_scope=in_scope, notes=stats.notes)
         except BaseException:
             stats.failing = pin.case
             raise
         return stats
-    body, strategy, pins = _search(info, check, candidate, device)
+    body, strategy, pins = _search(info, check, candidate, device, in_scope)
     test = _given_test(info, check, body, strategy, pins, stats)
     _run_given(info, test, body, settings=settings, stats=stats, seed=seed,
                reproduce=reproduce, admits=admits)
@@ -128,7 +139,8 @@ def given_test(info: OpInfo, check: str, candidate: Candidate | None = None, *,
                        stats if stats is not None else CheckStats())
 
 
-def _search(info: OpInfo, check: str, candidate: Candidate | None, device: str):
+def _search(info: OpInfo, check: str, candidate: Candidate | None, device: str,
+            in_scope: Callable[[Case], bool] | None = None):
     """(body, strategy, pins) of a searched check: `body(case)` checks one drawn case."""
     messages = candidate is None  # impl/ raises the reference's own messages
     call = candidate if candidate is not None else _late_bound_impl(info)
@@ -143,10 +155,33 @@ def _search(info: OpInfo, check: str, candidate: Candidate | None, device: str):
     if check.startswith("property:"):
         prop = _property(info, check.removeprefix("property:"))
         formed = as_called(info, call)
-        body = lambda case: prop.verify(case, _on_cpu(_call_on(info, case, formed, device)),
-                                        formed)
+        again = _scoped(formed, in_scope)
+
+        def body(case: Case) -> None:
+            output = _on_cpu(_call_on(info, case, formed, device))
+            try:
+                prop.verify(case, output, again)
+            except OutsideScope:
+                hypothesis.reject()
+
         return body, info.valid, _valid_pins(info)
     raise ValueError(f"unknown check {check!r} for {info.name}; known: {info.check_names()}")
+
+
+def _scoped(candidate: Candidate, in_scope: Callable[[Case], bool] | None) -> Candidate:
+    """The candidate as a metamorphic property calls it again: `OutsideScope` instead of a call
+    outside `in_scope`."""
+    if in_scope is None:
+        return candidate
+
+    def scoped(*args: Any, **kwargs: Any) -> Any:
+        case = Case(args, kwargs)
+        if not in_scope(case):
+            raise OutsideScope(f"the property calls the function with {case.short(200)}, "
+                               "outside the scope it is checked on")
+        return candidate(*args, **kwargs)
+
+    return scoped
 
 
 def _late_bound_impl(info: OpInfo) -> Candidate:
@@ -275,15 +310,22 @@ def check_equivalence(info: OpInfo, case: Case, candidate: Candidate, device: st
                                f"on {case.short()}: {type(err).__name__}: {err}") from err
         before = _snapshot(formed)
         actual = _call_on(info, formed, candidate, device)
-        info.compare(
-            _oracle(info, formed) if form_name in info.lossy_forms else expected,
-            actual,
-            allow_device=device != "cpu",
-            picture=info.picture,
-            describe_row=_row_describer(info, case),
-            compared=f"the reference vs the candidate on the {form_name!r} input form",
-            case=case,
-        )
+        try:
+            info.compare(
+                _oracle(info, formed) if form_name in info.lossy_forms else expected,
+                actual,
+                allow_device=device != "cpu",
+                picture=info.picture,
+                describe_row=_row_describer(info, case),
+                compared=f"the reference vs the candidate on the {form_name!r} input form",
+                case=case,
+            )
+        except AssertionError:  # a Mismatch: the candidate's; a HarnessError: ours
+            raise
+        except Exception as err:  # the comparator itself failed: batchproof's fault
+            raise HarnessError(f"{info.name}'s comparator failed on the candidate's output "
+                               f"(the {form_name!r} input form): {type(err).__name__}: "
+                               f"{err}") from err
         try:
             assert_identical(before, (formed.args, dict(formed.kwargs)))
         except Mismatch as err:
@@ -350,8 +392,11 @@ def _as_on_cpu(message: str, device: str) -> str:
 
 
 def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu",
-              messages: bool = False) -> None:
-    """The pinned case: error parity, or equivalence + every property + its literal expectation."""
+              messages: bool = False, in_scope: Callable[[Case], bool] | None = None,
+              notes: list[str] | None = None) -> None:
+    """The pinned case: error parity, or equivalence + every property + its literal expectation.
+    A metamorphic property that would call the candidate outside `in_scope` is left out for this
+    pin (said in `notes`)."""
     pin = _pin(info, name)
     if isinstance(pin.case, BadCase):
         check_error_parity(info, pin.case, candidate, device, messages)
@@ -360,8 +405,22 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
         check_equivalence(info, pin.case, candidate, device)
         formed = as_called(info, candidate)
         output = _on_cpu(_call_on(info, pin.case, formed, device))
+        again = _scoped(formed, in_scope)
         for prop in info.properties:
-            prop.verify(pin.case, output, formed)
+            try:
+                prop.verify(pin.case, output, again)
+            except OutsideScope:
+                if notes is not None:
+                    notes.append(f"property {prop.name} not checked on this pin: it calls the "
+                                 "function outside the scope")
+            except HarnessError:
+                raise
+            except AssertionError as err:
+                raise Mismatch(f"pin {name!r} failed ({pin.why}): property {prop.name}:\n"
+                               f"{err}") from None
+            except Exception as err:
+                err.add_note(f"raised while checking the property {prop.name} on pin {name!r}")
+                raise
         if pin.expect is not None:
             pin.expect(pin.case, output)
     except HarnessError:

@@ -736,7 +736,7 @@ def mutate_target(args: argparse.Namespace) -> int:
     """`batchproof mutate --impl module:function --op RECORD [scope options]`."""
     from batchproof import mutate_target as target
     from batchproof.adapters import FrameworkMissing, load_adapter_file
-    from batchproof.adapters.runner import scoped
+    from batchproof.adapters.scope import Scope
 
     if args.zoo or args.mutmut:
         raise UsageError("--impl runs mutmut over your module: not with --zoo or --mutmut")
@@ -748,17 +748,13 @@ def mutate_target(args: argparse.Namespace) -> int:
 
     try:
         info = registry.get(args.op[0])
-        for path in args.adapter_file:
+        scope = Scope.from_args(args)
+        for path in scope.adapter_files:
             load_adapter_file(path)
-        from batchproof.adapters import get_adapter, identity_adapter
-
-        base = get_adapter(args.adapter) if args.adapter else identity_adapter(info.name, "-")
-        scoped(base, forms=args.forms, not_provided=args.not_provided, skip=args.skip,
-               layout=args.layout, output_names=args.output_name)  # validates the options
-        scope = target.Scope(info.name, args.adapter, list(args.adapter_file), args.forms,
-                             args.layout, list(args.skip), list(args.not_provided),
-                             list(args.output_name), args.check, args.max_examples)
-        return target.main(args.impl, scope)
+        scope.validate([info.name])
+        mutation = target.Target(args.impl, info.name, args.adapter, scope, args.max_examples)
+        mutation.adapter_for()  # validates --adapter and the scope's outputs
+        return target.main(mutation)
     except ValueError as err:
         raise UsageError(str(err)) from None
     except (ImportError, FrameworkMissing) as err:
@@ -1028,21 +1024,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "module:function target that it maps")
     p.add_argument("--check", action="append", metavar="NAME",
                    help="run only this check; repeatable")
-    p.add_argument("--skip", action="append", default=[], metavar="CHECK",
-                   help="do not run this check (reported as skipped); repeatable")
-    p.add_argument("--forms", action="append", metavar="FORM",
-                   help="an input form the function accepts (lists, tensors, jagged, ...: "
-                        "`batchproof list records`); repeatable; default: every form")
-    p.add_argument("--not-provided", action="append", default=[], metavar="KEY",
-                   help="an output the function does not produce (not compared); repeatable")
-    p.add_argument("--output-name", action="append", default=[], metavar="THEIRS=CONTRACT",
-                   help="an output of the function under another name than the contract's "
-                        "(a dict of outputs becomes a TensorDict); repeatable")
-    p.add_argument("--layout", help="the only layout the function builds (records with a "
-                   "layout argument, e.g. --layout left for rl_batch.build_rl_batch)")
-    p.add_argument("--adapter-file", action="append", default=[], metavar="PATH.py",
-                   help="a Python file that registers adapters (batchproof.register_adapter); "
-                        "then --adapter NAME or --impl FRAMEWORK picks one; repeatable")
+    _scope_options(p)
     _search_options(p)
     p.add_argument("--json", metavar="FILE")
 
@@ -1062,12 +1044,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run mutmut over the module holding your function, with batchproof's "
                         "checks of --op RECORD as the tests; lists the surviving mutants")
     p.add_argument("--adapter", help="--impl: an adapter mapping your function")
-    p.add_argument("--adapter-file", action="append", default=[], metavar="PATH.py")
-    p.add_argument("--forms", action="append", metavar="FORM")
-    p.add_argument("--layout")
-    p.add_argument("--skip", action="append", default=[], metavar="CHECK")
-    p.add_argument("--not-provided", action="append", default=[], metavar="KEY")
-    p.add_argument("--output-name", action="append", default=[], metavar="THEIRS=CONTRACT")
+    _scope_options(p)
     p.add_argument("--check", action="append", metavar="NAME",
                    help="--impl: the checks that kill mutants (default: all)")
     p.add_argument("--max-examples", type=int, default=20, metavar="N",
@@ -1120,6 +1097,27 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs', with BATCHPROOF_SHARED_DATABASE), without fuzzing")
     p.add_argument("--port", type=int, default=9999, help="the dashboard's port (default 9999)")
     return parser
+
+
+def _scope_options(p: argparse.ArgumentParser) -> None:
+    """The options that scope a check to what a function does (`batchproof.adapters.scope`):
+    the same for `check` and `mutate --impl`."""
+    p.add_argument("--skip", action="append", default=[], metavar="CHECK",
+                   help="do not run this check (reported as skipped); `errors` skips every "
+                        "bad-input check; repeatable")
+    p.add_argument("--forms", action="append", metavar="FORM",
+                   help="an input form the function accepts (lists, tensors, jagged, ...: "
+                        "`batchproof list records`); repeatable; default: every form")
+    p.add_argument("--not-provided", action="append", default=[], metavar="KEY",
+                   help="an output the function does not produce (not compared); repeatable")
+    p.add_argument("--output-name", action="append", default=[], metavar="THEIRS=CONTRACT",
+                   help="an output of the function under another name than the contract's "
+                        "(a dict of outputs becomes a TensorDict); repeatable")
+    p.add_argument("--layout", help="the only layout the function builds (records with a "
+                   "layout argument, e.g. --layout left for rl_batch.build_rl_batch)")
+    p.add_argument("--adapter-file", action="append", default=[], metavar="PATH.py",
+                   help="a Python file that registers adapters (batchproof.register_adapter); "
+                        "then --adapter NAME or --impl FRAMEWORK picks one; repeatable")
 
 
 def _search_options(p: argparse.ArgumentParser) -> None:

@@ -5,15 +5,25 @@ the tests — "is my packing change pinned down?" before a framework merges it.
       mypkg/collate.py  (the module)              mypkg/...            (mutated: mypkg/collate.py)
       my_adapter.py     (--adapter-file)          my_adapter.py
                                                   tests/test_batchproof_contract.py
-                                                      batchproof.check(fn, RECORD, <options>)
+                                                      batchproof.check(fn, RECORD, <scope>)
     $TMP/...$ mutmut run   ──▶  every mutant of the module: killed, survived, or not reached
 
-Each mutant runs `batchproof.check` of the record on the function (with the same scoping options
-as `batchproof check`: adapter, forms, layout, skip, not provided, output names), under a
-derandomized search of `--max-examples` examples per check without shrinking. A mutant is
-killed when a check fails. Mutants of functions the checks never call are listed as not reached,
-not counted. Exit status: 0 every reached mutant killed, 1 a mutant survived (each is printed
-with its diff), 3 nothing could be mutated or mutmut failed.
+1. The function is imported the way its adapter imports it (`Adapter.importing`: e.g. SkyRL
+   0.4.0 on Python 3.11 needs `typing.TypedDict` patched during the import), here and in the
+   test every mutant runs.
+2. The unmutated function is checked first, in this process, with exactly the checks, scope
+   and search every mutant gets. A function that fails them cannot kill anything meaningfully:
+   the run stops there with the check's report and its summary (exit 1 for a divergence, 3 for
+   batchproof's own failure), and says which scope options would leave the failing checks out.
+3. Each mutant runs `batchproof.check` of the record on the function, with the same scope as
+   `batchproof check` (adapter, forms, layout, skip, not provided, output names), under a
+   derandomized search of `--max-examples` examples per check without shrinking. A mutant is
+   killed when a check fails. Mutants of functions the checks never call are listed as not
+   reached, not counted.
+
+Exit status: 0 every reached mutant killed, 1 a mutant survived (each is printed with its diff)
+or the function fails its checks before mutation, 3 nothing could be mutated, mutmut failed, or
+batchproof failed.
 """
 
 from __future__ import annotations
@@ -23,36 +33,52 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from hypothesis import Phase, settings
+
 from batchproof import mutmut_driver as driver
-from batchproof.adapters import current_folder_importable
+from batchproof.adapters import Adapter, current_folder_importable, get_adapter, identity_adapter
+from batchproof.adapters.scope import Scope
 
 TEST_FILE = "tests/test_batchproof_contract.py"
 
 
-@dataclass
-class Scope:
-    """What `batchproof.check` is told about the function (the `batchproof check` options)."""
+@dataclass(frozen=True)
+class Target:
+    """What is mutated and how it is checked: `module:function`, the record, the adapter that
+    maps it (None: it follows the contract), the scope, and the examples per check."""
 
+    target: str
     record: str
     adapter: str | None = None
-    adapter_files: list[str] = field(default_factory=list)
-    forms: list[str] | None = None
-    layout: str | None = None
-    skip: list[str] = field(default_factory=list)
-    not_provided: list[str] = field(default_factory=list)
-    output_names: list[str] = field(default_factory=list)
-    checks: list[str] | None = None
+    scope: Scope = Scope()
     max_examples: int = 20
 
+    def adapter_for(self) -> Adapter:
+        """The adapter the checks run through, narrowed to the scope (a `ValueError` for an
+        unknown adapter or an option the record does not have)."""
+        base = (get_adapter(self.adapter).retarget(self.target) if self.adapter
+                else identity_adapter(self.record, self.target))
+        if base.record != self.record:
+            raise ValueError(f"adapter {base.name} is for {base.record}, not {self.record}")
+        return self.scope.narrow(base)
 
-def locate(target: str) -> tuple[str, str, Path, Path]:
-    """(module, function, source root, the module's path relative to it) of `module:function`."""
+    def settings(self) -> settings:
+        """The search every mutant runs (and the check before mutation)."""
+        return settings(max_examples=self.max_examples, derandomize=True, database=None,
+                        phases=[Phase.explicit, Phase.generate], report_multiple_bugs=False,
+                        deadline=None)
+
+
+def locate(target: str, adapter: Adapter) -> tuple[str, str, Path, Path]:
+    """(module, function, source root, the module's path relative to it) of `module:function`,
+    imported inside the adapter's import step."""
     module_name, _, function = target.partition(":")
     current_folder_importable()
-    module = importlib.import_module(module_name)
+    with adapter.import_step():
+        module = importlib.import_module(module_name)
     if not callable(getattr(module, function.split(".")[0], None)):
         raise ValueError(f"{module_name} has no function {function!r}")
     file = Path(module.__file__).resolve()
@@ -61,30 +87,34 @@ def locate(target: str) -> tuple[str, str, Path, Path]:
     return module_name, function, root, file.relative_to(root)
 
 
-def test_source(module: str, function: str, scope: Scope) -> str:
-    """The one test every mutant runs: `batchproof.check` with the scope's options."""
+def test_source(module: str, function: str, target: Target) -> str:
+    """The one test every mutant runs: `batchproof.check` with the target's scope, the function
+    imported inside its adapter's import step."""
+    scope = target.scope
     imports = "".join(f"import {Path(p).stem}  # noqa: F401 - registers its adapters\n"
                       for p in scope.adapter_files)
-    options = {"adapter": scope.adapter, "forms": scope.forms, "layout": scope.layout,
-               "skip": scope.skip or (), "not_provided": scope.not_provided or (),
-               "output_names": dict(p.split("=", 1) for p in scope.output_names) or None,
-               "checks": scope.checks}
+    options = {"adapter": target.adapter, **scope.keywords()}
     arguments = "".join(f"        {k}={v!r},\n" for k, v in options.items())
     head = function.split(".")[0]
+    step = (f"get_adapter({target.adapter!r}).import_step()" if target.adapter
+            else "contextlib.nullcontext()")
     return (
+        "import contextlib\n\n"
         "import batchproof\n"
+        "from batchproof.adapters import get_adapter\n"
         "from hypothesis import Phase, settings\n"
-        f"{imports}"
-        f"from {module} import {head}\n\n\n"
+        f"{imports}\n"
+        f"with {step}:\n"
+        f"    from {module} import {head}\n\n\n"
         "def test_contract():\n"
-        f"    batchproof.check(\n        {function}, {scope.record!r},\n{arguments}"
-        f"        settings=settings(max_examples={scope.max_examples}, derandomize=True,\n"
+        f"    batchproof.check(\n        {function}, {target.record!r},\n{arguments}"
+        f"        settings=settings(max_examples={target.max_examples}, derandomize=True,\n"
         "                          database=None, phases=[Phase.explicit, Phase.generate],\n"
         "                          report_multiple_bugs=False, deadline=None),\n"
         "    )\n")
 
 
-def prepare(root: Path, relative: Path, module: str, function: str, scope: Scope) -> Path:
+def prepare(root: Path, relative: Path, module: str, function: str, target: Target) -> Path:
     """The throw-away work directory (see the module docstring)."""
     workdir = Path(tempfile.mkdtemp(prefix="batchproof-mutmut-"))
     top = relative.parts[0]
@@ -94,14 +124,14 @@ def prepare(root: Path, relative: Path, module: str, function: str, scope: Scope
         shutil.copytree(source, workdir / top, ignore=ignore)
     else:
         shutil.copy2(source, workdir / top)
-    for path in scope.adapter_files:
+    for path in target.scope.adapter_files:
         shutil.copy2(path, workdir / Path(path).name)
     (workdir / "tests").mkdir()
-    (workdir / TEST_FILE).write_text(test_source(module, function, scope))
+    (workdir / TEST_FILE).write_text(test_source(module, function, target))
     config = {
         "source_paths": [top if source.is_dir() else str(relative)],
         "only_mutate": [str(relative)],
-        "also_copy": [Path(p).name for p in scope.adapter_files],
+        "also_copy": [Path(p).name for p in target.scope.adapter_files],
         "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider", "-p",
                                 "no:benchmark", "-p", "no:randomly"],
         "pytest_add_cli_args_test_selection": [TEST_FILE],
@@ -112,12 +142,50 @@ def prepare(root: Path, relative: Path, module: str, function: str, scope: Scope
     return workdir
 
 
-def main(target: str, scope: Scope, max_children: int = driver.MAX_CHILDREN,
-         keep: bool = False) -> int:
-    module, function, root, relative = locate(target)
+def check_first(target: Target, adapter: Adapter) -> int:
+    """The unmutated function's check, in the scope and search each mutant gets: 0 when it
+    passes, else the report is printed and the exit status returned (1 or 3)."""
+    from batchproof.adapters.runner import (
+        check_adapter,
+        command_words,
+        exit_code,
+        print_report,
+        print_summary,
+        replayer,
+        scope_hint,
+    )
+
+    report = check_adapter(adapter, adapter.candidate(), checks=list(target.scope.checks or ())
+                           or None, report_multiple_bugs=False, replay_database=False,
+                           base_settings=target.settings())
+    code = exit_code([report])
+    if report.untested and code == 0:
+        code = 1  # a check that ran no example kills no mutant: not a baseline
+    if code == 0:
+        return 0
+    print_report(report, f"mutation search ({target.max_examples} examples per check)",
+                 replay=replayer(target.target, adapter, adapter=target.adapter))
+    print_summary([report])
+    hint = scope_hint([report], target.target, adapter=target.adapter)
+    if hint:
+        print(hint)
+    again = " ".join(["batchproof", "check", *command_words(target.target, adapter,
+                                                              adapter=target.adapter)])
+    print(f"not mutated: {target.target} fails its checks before any mutation, so no mutant "
+          f"could be told from it. Make `{again}` pass first (or scope the checks to what the "
+          "function does), then mutate it.", file=sys.stderr)
+    return code
+
+
+def main(target: Target, max_children: int = driver.MAX_CHILDREN, keep: bool = False) -> int:
+    adapter = target.adapter_for()
+    module, function, root, relative = locate(target.target, adapter)
+    code = check_first(target, adapter)
+    if code:
+        return code
     print(f"mutating {relative} (module {module}); killers: batchproof.check({function}, "
-          f"{scope.record!r}), {scope.max_examples} examples per check")
-    workdir = prepare(root, relative, module, function, scope)
+          f"{target.record!r}), {target.max_examples} examples per check")
+    workdir = prepare(root, relative, module, function, target)
     driver._exit_on_sigterm()
     try:
         started = time.perf_counter()

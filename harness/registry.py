@@ -115,13 +115,16 @@ class Property:
     """An invariant of any correct output. `check(case, output)` raises AssertionError.
 
     A metamorphic property (permuting the samples permutes the rows, ...) calls the function under
-    test again: its check is `check(case, output, candidate)`.
+    test again: its check is `check(case, output, candidate)`. `varies` names the arguments it
+    calls it with other values of (`("layout",)`): a check scoped to one value of such an
+    argument (`batchproof check --layout left`) skips the property.
     """
 
     name: str
     check: Callable[..., None]
     doc: str = ""
     metamorphic: bool = False
+    varies: tuple[str, ...] = ()
 
     def verify(self, case: Case, output: Any, candidate: Callable[..., Any]) -> None:
         if self.metamorphic:

@@ -64,8 +64,20 @@ class Failure:
 
 
 def kind_of(exc: BaseException) -> str:
-    """`"harness"` when batchproof itself failed, else `"divergence"`."""
-    return "harness" if isinstance(_first(exc), _HARNESS_ERRORS) else "divergence"
+    """`"harness"` when batchproof itself failed — one of its own errors, or any exception
+    raised while Hypothesis drew the input (a strategy, a filter, an adapter's predicate: the
+    function under test is not called there) — else `"divergence"`."""
+    first = _first(exc)
+    if isinstance(first, _HARNESS_ERRORS) or while_drawing(first):
+        return "harness"
+    return "divergence"
+
+
+def while_drawing(exc: BaseException) -> bool:
+    """Whether Hypothesis says `exc` was raised while it generated an input (its note
+    "while generating 'case' from ...")."""
+    return any(str(note).startswith("while generating")
+               for note in getattr(exc, "__notes__", ()))
 
 
 def describe(exc: BaseException, stats: CheckStats, function: str) -> Failure:
@@ -79,6 +91,9 @@ def describe(exc: BaseException, stats: CheckStats, function: str) -> Failure:
     kept = [n for n in notes if not n.lstrip().startswith(_REPLACED_NOTES)
             and not _TARGET_SCORE.match(n)]
     message = f"{type(first).__name__}: {first}".rstrip()
+    if while_drawing(first) and not isinstance(first, HarnessError):
+        message = ("batchproof failed while drawing an input (a strategy, a filter or an "
+                   f"adapter's predicate; the function under test was not called): {message}")
     return Failure(kind_of(exc), message, minimal_call(stats.failing, function), blob, kept)
 
 

@@ -254,11 +254,13 @@ def test_mutate_a_users_function_with_the_contracts_checks(tmp_path, monkeypatch
 
 
 def test_the_contract_test_mutmut_runs_is_the_scoped_check() -> None:
-    from batchproof.mutate_target import Scope, test_source
+    from batchproof.adapters.scope import Scope
+    from batchproof.mutate_target import Target, test_source
 
-    source = test_source("mypkg.collate", "build", Scope(
-        "rl_batch.build_rl_batch", forms=["lists"], skip=["errors"],
-        output_names=["sequences=input_ids"], adapter_files=["my_adapter.py"]))
+    source = test_source("mypkg.collate", "build", Target(
+        "mypkg.collate:build", "rl_batch.build_rl_batch", scope=Scope.of(
+            forms=["lists"], skip=["errors"], output_names=["sequences=input_ids"],
+            adapter_files=["my_adapter.py"])))
     compile(source, "test_batchproof_contract.py", "exec")
     assert "import my_adapter" in source and "from mypkg.collate import build" in source
     assert "output_names={'sequences': 'input_ids'}" in source and "forms=['lists']" in source

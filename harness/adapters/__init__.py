@@ -20,6 +20,26 @@ divergence is shrunk and printed with its layout picture; only new ones make the
 The framework modules (`batchproof.adapters.skyrl`, `batchproof.adapters.verl`) register their
 adapters on import without importing the framework; the framework is imported when an adapter is
 loaded (docs/frameworks.md says how to install each one beside batchproof).
+
+What an adapter's predicates see. `Adapter.supports` and every `KnownDivergence.applies` are
+given one `Call` for every input of the record, valid or invalid, generated or pinned:
+
+    call.args, call.kwargs     the arguments as the contract function receives them (lists form)
+    call.arg("prompts")        one argument by its name in the contract's signature, positional
+                               or keyword, or the contract's default when it is not passed
+    call.rows("prompts")       the argument's rows (a list, a tuple, or a tensor's first axis),
+                               or None when it has none (an int, a str, a 0-d tensor)
+    call.lengths("prompts")    the rows' lengths, or None when the argument or a row has none
+    call.values(x)             a plain list of a row's values, or None (a meta tensor has none)
+    call.valid / call.bad      whether it is a valid input; for an invalid one, the `BadCase`
+                               (the exception type the contract raises there, and why)
+
+An invalid input may hold anything in any argument (an int where rows are expected, a tensor on
+the meta device, a str), so a predicate must be total: the accessors above return None instead of
+raising. A predicate that raises anyway is the adapter's fault, not the framework's: the check
+stops with `PredicateError` (batchproof's own failure, exit status 3), naming the adapter, the
+predicate and the input. So does the adapter's `wrap` when it raises on its own, outside the
+framework's function (`AdapterError`): an adapter passes what it is given on to the framework.
 """
 
 from __future__ import annotations
@@ -27,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -37,6 +58,8 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from batchproof.adapters.scope import Scope
+from batchproof.checks import HarnessError
 from batchproof.registry import BadCase, Candidate, Case
 
 # batchproof's own adapter modules, one per framework (each imports its framework only when an
@@ -44,16 +67,122 @@ from batchproof.registry import BadCase, Candidate, Case
 FRAMEWORK_MODULES = ("skyrl", "skyrl_sft", "verl", "huggingface", "trl", "openrlhf")
 
 
-def _always(case: Case) -> bool:
+def _always(call: Case) -> bool:
     return True
+
+
+class PredicateError(HarnessError):
+    """An adapter's predicate (`supports`, a known divergence's `applies`) raised: a fault of the
+    adapter, which is batchproof's (exit status 3), never a divergence of the framework."""
+
+
+class AdapterError(HarnessError):
+    """An adapter's `wrap` raised on its own, outside the framework's function (before calling
+    it, or while mapping its output): batchproof's fault (exit status 3), not the framework's."""
+
+
+@dataclass(frozen=True, repr=False)
+class Call(Case):
+    """One call of the contract function, as an adapter's predicates see it (module docstring):
+    valid or invalid, generated or pinned. A `Case` (`.args`, `.kwargs`), plus accessors that
+    never raise, whatever the arguments hold."""
+
+    bad: BadCase | None = None  # set for an invalid input
+    parameters: tuple[str, ...] = ()  # the contract's parameter names, in order
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # the contract's defaults
+
+    @classmethod
+    def of(cls, case: Case | BadCase, contract: Callable[..., Any] | None = None) -> Call:
+        """The `Call` of a case or bad case; `contract` (the reference function) names the
+        arguments."""
+        if isinstance(case, Call):
+            return case
+        bad = case if isinstance(case, BadCase) else None
+        inputs = case.case if bad is not None else case
+        parameters, defaults = _signature(contract)
+        return cls(inputs.args, inputs.kwargs, inputs.label, bad, parameters, defaults)
+
+    @property
+    def valid(self) -> bool:
+        return self.bad is None
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        """The argument `name`: passed by keyword, or by position in the contract's signature,
+        or the contract's default (else `default`)."""
+        if name in self.kwargs:
+            return self.kwargs[name]
+        if name in self.parameters:
+            index = self.parameters.index(name)
+            if index < len(self.args):
+                return self.args[index]
+        return self.defaults.get(name, default)
+
+    def rows(self, name: str) -> list | None:
+        """The argument's rows: a list or tuple as a list, a tensor with at least one axis as
+        the list of its first-axis slices; None for anything else."""
+        return rows(self.arg(name))
+
+    def lengths(self, name: str) -> list[int] | None:
+        """`len()` of each row of the argument; None when it has no rows or a row has no
+        length."""
+        found = self.rows(name)
+        if found is None:
+            return None
+        lengths = []
+        for row in found:
+            try:
+                lengths.append(len(row))
+            except TypeError:  # an int, a 0-d tensor
+                return None
+        return lengths
+
+    @staticmethod
+    def values(value: Any) -> list | None:
+        """A row's values as a plain list (a tensor's `tolist()`), or None when they cannot be
+        read (a meta tensor, a scalar, an object that is not a sequence)."""
+        return values(value)
+
+
+def rows(value: Any) -> list | None:
+    """`Call.rows` of one value."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, torch.Tensor) and not value.is_nested and value.dim() >= 1:
+        return list(value.unbind(0))
+    return None
+
+
+def values(value: Any) -> list | None:
+    """`Call.values`."""
+    if isinstance(value, torch.Tensor):
+        if value.is_meta or value.is_nested or value.dim() == 0:
+            return None
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return None
+
+
+def _signature(function: Callable[..., Any] | None) -> tuple[tuple[str, ...], dict[str, Any]]:
+    if function is None:
+        return (), {}
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return (), {}
+    names = tuple(p.name for p in parameters
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+    return names, defaults
 
 
 @dataclass(frozen=True)
 class KnownDivergence:
     """A documented difference between a framework function and the op's contract.
 
-    applies: predicate on the input case (for an invalid input, on `BadCase.case`) that is true
-    exactly when the divergence can show; such inputs are set aside by `batchproof check`.
+    applies: predicate on the input's `Call` (valid or invalid; see the module docstring) that is
+    true exactly when the divergence can show; such inputs are set aside by `batchproof check`.
+    It must not raise on any input of the record (`PredicateError` otherwise).
     kind: `"valid"` (a valid input where the output differs or an exception escapes), `"errors"`
     (an invalid input that is accepted or raises another exception type), or `"both"`.
 
@@ -134,7 +263,9 @@ class Adapter:
     devices: tuple[str, ...] = ("cpu",)
     dtypes: tuple[torch.dtype, ...] = ()
     forms: tuple[str, ...] | None = ("lists",)  # the record's input forms it accepts (None: all)
-    supports: Callable[[Case], bool] = _always  # the input domain; other inputs are not run
+    # the input domain, a predicate on the input's `Call` (module docstring); other inputs are
+    # not run
+    supports: Callable[[Call], bool] = _always
     valid: st.SearchStrategy[Case] | None = None  # default: the record's
     invalid: st.SearchStrategy[BadCase] | None = None  # default: the record's
     known: tuple[KnownDivergence, ...] = ()
@@ -144,6 +275,8 @@ class Adapter:
     # a context manager the target is imported inside (an import step the framework needs on
     # this Python: a patched typing.TypedDict, a stand-in for a missing compiled extension)
     importing: Callable[[], AbstractContextManager] | None = None
+    # the scope it was narrowed to (`Scope.narrow`): what the report and its replay line say
+    scope: Scope = field(default_factory=lambda: Scope())
 
     def fits(self, version: str) -> bool:
         """Whether this adapter is for `version` of its distribution (any, without `versions`)."""
@@ -160,11 +293,38 @@ class Adapter:
     def load(self) -> Callable[..., Any]:
         """Import the third-party function, inside `importing` when given (raises
         `FrameworkMissing` with an install hint)."""
-        with self.importing() if self.importing is not None else contextlib.nullcontext():
+        with self.import_step():
             return load_target(self.target, self.distribution)
 
+    def import_step(self) -> AbstractContextManager:
+        """The context the framework is imported in (`importing`, or nothing to do)."""
+        return self.importing() if self.importing is not None else contextlib.nullcontext()
+
     def candidate(self) -> Candidate:
-        return self.wrap(self.load())
+        """The framework's function, imported and wrapped (`guarded`)."""
+        return self.guarded(self.load())
+
+    def guarded(self, function: Callable[..., Any]) -> Candidate:
+        """`wrap(function)`, with what `wrap` raises on its own (not passing on an exception of
+        `function`) turned into an `AdapterError`: batchproof's fault, not the framework's."""
+        return _guarded(self, function)
+
+    def call_of(self, case: Case | BadCase) -> Call:
+        """The `Call` the predicates see for `case`."""
+        from batchproof import registry
+
+        return Call.of(case, registry.get(self.record).reference)
+
+    def in_domain(self, call: Call) -> bool:
+        """`supports(call)`; a predicate that raises is a `PredicateError`."""
+        return _ask(self, "supports", self.supports, call)
+
+    def matching(self, call: Call) -> list[KnownDivergence]:
+        """The known divergences that apply to `call` (those of its kind: valid or errors); a
+        predicate that raises is a `PredicateError`."""
+        kind = "valid" if call.valid else "errors"
+        return [k for k in self.known if k.concerns(kind)
+                and _ask(self, f"known divergence {k.name!r}", k.applies, call)]
 
     def version(self) -> str:
         return distribution_version(self.distribution)
@@ -179,6 +339,80 @@ class Adapter:
 
     def retarget(self, target: str) -> Adapter:
         return _replace(self, target=target, distribution=None)
+
+
+def _ask(adapter: Adapter, what: str, predicate: Callable[[Call], bool], call: Call) -> bool:
+    try:
+        return bool(predicate(call))
+    except Exception as err:
+        raise PredicateError(
+            f"adapter {adapter.name}: {what} raised {type(err).__name__}: {err} on "
+            f"{call.short(200)}{' (an invalid input)' if not call.valid else ''}. A fault of "
+            f"the adapter (batchproof's), not of {adapter.target}: its predicates must accept "
+            "every input of the record, valid or invalid (docs/frameworks.md, 'Writing an "
+            "adapter')") from err
+
+
+def _guarded(adapter: Adapter, function: Callable[..., Any]) -> Candidate:
+    """See `Adapter.guarded`."""
+    state: dict[str, Any] = {}
+
+    def target(*args: Any, **kwargs: Any) -> Any:
+        state["called"] = True
+        try:
+            return function(*args, **kwargs)
+        except BaseException as err:
+            state["raised"] = err
+            raise
+
+    wrapped = adapter.wrap(target)
+    # the framework's top-level package: an exception raised in its code (a class the wrapper
+    # instantiates, then calls; a function the target returns) is the framework's too
+    package = adapter.target.partition(":")[0].split(".")[0]
+
+    def candidate(*args: Any, **kwargs: Any) -> Any:
+        state.clear()
+        try:
+            return wrapped(*args, **kwargs)
+        except HarnessError:
+            raise
+        except Exception as err:
+            if _raised_by(err, state.get("raised")) or _raised_in(err, package):
+                raise  # the framework's own exception (or one the adapter made of it)
+            when = ("while mapping what it returned" if state.get("called")
+                    else "before calling it")
+            raise AdapterError(
+                f"adapter {adapter.name}: its wrapper raised {type(err).__name__}: {err} "
+                f"{when}, not {adapter.target}. A fault of the adapter (batchproof's): it must "
+                "pass every input it is given on to the framework's function") from err
+
+    return candidate
+
+
+def _raised_by(err: BaseException, raised: BaseException | None) -> bool:
+    """Whether `err` is `raised` or was raised while handling it (`raise ... from`)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        if err is raised:
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _raised_in(err: BaseException, package: str) -> bool:
+    """Whether `err`'s traceback (or a cause's) passes through a module of `package`."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        trace = err.__traceback__
+        while trace is not None:
+            name = trace.tb_frame.f_globals.get("__name__", "")
+            if name == package or name.startswith(package + "."):
+                return True
+            trace = trace.tb_next
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _replace(adapter: Adapter, **changes: Any) -> Adapter:

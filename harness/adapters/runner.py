@@ -22,11 +22,9 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 from hypothesis import HealthCheck, settings
 from hypothesis.errors import Unsatisfiable
 from rich.console import Console
@@ -37,6 +35,8 @@ from tensordict import TensorDictBase
 from batchproof import profiles, registry
 from batchproof.adapters import (
     Adapter,
+    AdapterError,
+    Call,
     FrameworkMissing,
     KnownDivergence,
     Shown,
@@ -46,6 +46,7 @@ from batchproof.adapters import (
     identity_adapter,
     load_adapter_file,
 )
+from batchproof.adapters.scope import Scope
 from batchproof.checks import (
     CheckStats,
     HarnessError,
@@ -70,6 +71,7 @@ class KnownTally:
     diverged: Counter = field(default_factory=Counter)
     confirmed: Counter = field(default_factory=Counter)
     unsupported: int = 0
+    pin_errors: dict[str, BaseException] = field(default_factory=dict)  # pin -> ours, raised
     example: dict[str, str] = field(default_factory=dict)  # smallest confirming input
     otherwise: dict[str, str] = field(default_factory=dict)  # smallest other divergence
 
@@ -135,6 +137,9 @@ class CheckOutcome:
     notes: list[str] = field(default_factory=list)
     minimal: str = ""  # a failure's minimal input, as a call of the contract function
     blob: str = ""  # Hypothesis' reproduction blob of a generated failure
+    # for a new divergence, the scope option it traces to (`traces_to`): ("skip", "errors"),
+    # ("layout", "left"), ("forms", "lists"), ("not_provided", "position_ids"); () for none
+    traces: tuple[str, ...] = ()
 
     def lines(self, replay: str = "") -> list[str]:
         """The failure as a person reads it (`batchproof.report`)."""
@@ -153,6 +158,8 @@ class AdapterReport:
     misfit: str = ""  # why the adapter does not fit this version of the framework
     forms: list[str] = field(default_factory=list)  # the input forms the target was given
     not_provided: list[str] = field(default_factory=list)  # outputs not compared
+    framework: str = ""  # the adapter's framework ("custom": a function of the contract)
+    scope: Scope = field(default_factory=Scope)  # what the check was scoped to
 
     @property
     def new(self) -> list[CheckOutcome]:
@@ -192,12 +199,11 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
                                 targets=None, as_called=as_called)
 
     def keep(case: Case | BadCase) -> bool:
-        kind = "errors" if isinstance(case, BadCase) else "valid"
-        inputs = case.case if isinstance(case, BadCase) else case
-        if not adapter.supports(inputs):
+        call = adapter.call_of(case)
+        if not adapter.in_domain(call):
             tally.unsupported += 1
             return False
-        matching = [k for k in adapter.known if k.concerns(kind) and k.applies(inputs)]
+        matching = adapter.matching(call)
         if not matching:
             return True
         shown = observe(plain, case, candidate)  # counted for the divergence that explains it
@@ -207,7 +213,15 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
     valid = (adapter.valid if adapter.valid is not None else info.valid).filter(keep)
     invalid_base = adapter.invalid if adapter.invalid is not None else info.invalid
     invalid = invalid_base.filter(keep) if invalid_base is not None else None
-    pins = [pin for pin in info.pins if f"pin:{pin.name}" not in adapter.skip and keep(pin.case)]
+    pins = []
+    for pin in info.pins:
+        if f"pin:{pin.name}" in adapter.skip:
+            continue
+        try:
+            if keep(pin.case):
+                pins.append(pin)
+        except HarnessError as err:  # that pin's check reports it; the others run
+            tally.pin_errors[f"pin:{pin.name}"] = err
     return dataclasses.replace(plain, valid=valid, invalid=invalid, pins=pins,
                                targets=info.targets)
 
@@ -216,12 +230,16 @@ def _admits(adapter: Adapter):
     """Whether an input is one the search may report: in the adapter's domain and set aside by
     no known divergence (what `keep` lets through, without counting)."""
     def admits(case: Case | BadCase) -> bool:
-        kind = "errors" if isinstance(case, BadCase) else "valid"
-        inputs = case.case if isinstance(case, BadCase) else case
-        return adapter.supports(inputs) and not any(
-            k.concerns(kind) and k.applies(inputs) for k in adapter.known)
+        call = adapter.call_of(case)
+        return adapter.in_domain(call) and not adapter.matching(call)
 
     return admits
+
+
+def _in_scope(adapter: Adapter):
+    """Whether a call a property makes of the target (a metamorphic property calls it again,
+    with other arguments) is one the adapter's domain admits."""
+    return lambda case: adapter.in_domain(adapter.call_of(case))
 
 
 def _compare_provided(compare, not_provided: tuple[str, ...]):
@@ -332,7 +350,8 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     if misfit:  # one line for the whole adapter, not one divergence per check
         return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
                              [CheckOutcome(adapter.name, adapter.record, c, "not run")
-                              for c in wanted], [], 0, misfit=misfit)
+                              for c in wanted], [], 0, misfit=misfit,
+                             framework=adapter.framework, scope=adapter.scope)
     tally = KnownTally()
     info = adapted_record(adapter, candidate, tally)
     plain = dataclasses.replace(info, valid=base.valid, invalid=base.invalid, pins=base.pins)
@@ -354,9 +373,14 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
         outcome = CheckOutcome(adapter.name, adapter.record, check, "pass")
         if check in adapter.skip:
             outcome.status, outcome.detail = "skipped", adapter.skip[check]
+        elif check in tally.pin_errors:  # a predicate or the wrapper failed on the pin
+            outcome.status, outcome.detail = "error", _error_text(tally.pin_errors[check])
         elif check not in run_names:  # a pin set aside by `keep`
-            outcome.status, outcome.detail = _set_aside_pin(adapter, base, check, candidate,
-                                                            plain)
+            try:
+                outcome.status, outcome.detail = _set_aside_pin(adapter, base, check,
+                                                                candidate, plain)
+            except HarnessError as err:
+                outcome.status, outcome.detail = "error", _error_text(err)
         else:
             stats = CheckStats()
             started = time.perf_counter()
@@ -365,7 +389,8 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 # failure is Hypothesis' shrunk example, not a replay of a pin
                 record = info if check.startswith("pin:") else search
                 run_check(record, check, candidate, settings=quiet, stats=stats, seed=seed,
-                          reproduce=reproduce, admits=_admits(adapter))
+                          reproduce=reproduce, admits=_admits(adapter),
+                          in_scope=_in_scope(adapter))
             except Unsatisfiable:
                 outcome.status = "not tested"
                 outcome.detail = "every generated input met a known divergence or was outside " \
@@ -374,6 +399,9 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 failure = describe(exc, stats, base.function)
                 outcome.status = "new" if failure.kind == "divergence" else "error"
                 outcome.detail, outcome.notes = failure.message, failure.notes
+                if outcome.status == "new":
+                    outcome.traces = traces_to(base, check, stats.failing, "\n".join(
+                        [failure.message, *failure.notes]))
                 # a replayed failure prints no blob of its own: keep the one replayed
                 outcome.minimal = failure.minimal
                 outcome.blob = failure.blob or (reproduce[1] if reproduce else "")
@@ -387,7 +415,93 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     known = [tally.entry(k) for k in adapter.known]
     return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
                          outcomes, known, tally.unsupported, forms=list(info.forms),
-                         not_provided=list(adapter.not_provided))
+                         not_provided=list(adapter.not_provided), framework=adapter.framework,
+                         scope=adapter.scope)
+
+
+_FORM = re.compile(r"on the '([^']+)' input form")
+_MISSING = re.compile(r"keys differ: missing \[([^\]]*)\], unexpected \[\]")
+
+
+def traces_to(info: OpInfo, check: str, failing: Case | BadCase | None,
+              detail: str) -> tuple[str, ...]:
+    """The scope option a new divergence traces to, when it traces to one: a bad-input check
+    (`("skip", "errors")`: the function does not validate as the contract does), a call in
+    another layout than the contract's default (`("layout", default)`), an input form other
+    than the lists (`("forms", first form)`), outputs it does not produce
+    (`("not_provided", key, ...)`); else ()."""
+    pin = next((p for p in info.pins if f"pin:{p.name}" == check), None)
+    if check == "errors" or (pin is not None and isinstance(pin.case, BadCase)):
+        return ("skip", "errors")
+    default = _layout_default(info)
+    # the property that failed: the check's, or the one a pin names in its failure
+    props = [p for p in info.properties if check == f"property:{p.name}"
+             or (pin is not None and re.search(rf"\bproperty {re.escape(p.name)}\b", detail))]
+    case = pin.case if pin is not None else failing
+    if default is not None and (
+            any("layout" in p.varies for p in props)
+            or (isinstance(case, Case) and Call.of(case, info.reference).arg("layout",
+                                                                             default) != default)):
+        return ("layout", default)
+    form = _FORM.search(detail)
+    first = next(iter(info.forms))
+    if form and form.group(1) != first:
+        return ("forms", first)
+    missing = _MISSING.search(detail)
+    if missing and missing.group(1):
+        return ("not_provided", *[k.strip(" '\"") for k in missing.group(1).split(",")])
+    return ()
+
+
+def _layout_default(info: OpInfo) -> str | None:
+    import inspect
+
+    parameter = inspect.signature(info.reference).parameters.get("layout")
+    return None if parameter is None else parameter.default
+
+
+def scope_hint(reports: list[AdapterReport], impl: str | None, *,
+               adapter: str | None = None, profile: str | None = None) -> str:
+    """When every new divergence of a function that follows a contract (`--impl
+    module:function`, `batchproof.check`) traces to an option it may not support
+    (`traces_to`), which flags leave those out, and the command with them; else ""."""
+    hints: dict[tuple[str, ...], int] = {}
+    for report in reports:
+        if report.framework != "custom":
+            continue  # a framework adapter's divergences are documented, not scoped away
+        for outcome in report.new:
+            if not outcome.traces:
+                return ""
+            hints[outcome.traces] = hints.get(outcome.traces, 0) + 1
+    if not hints:
+        return ""
+    said = {"skip": "does not raise the contract's exception on bad input (if it is not meant "
+                    "to validate: --skip errors)",
+            "layout": "is called in another layout than {0!r} (if it builds only that one: "
+                      "--layout {0})",
+            "forms": "is given another input form than {0!r} (if it takes only that one: "
+                     "--forms {0})",
+            "not_provided": "does not produce {0} (if it is not meant to: --not-provided "
+                            "KEY)"}
+    lines = ["Every new divergence above traces to an option the function may not support:"]
+    scope = reports[0].scope
+    for traces, count in hints.items():
+        option, *values = traces
+        lines.append(f"  {count} check(s): it " + said[option].format(", ".join(values)))
+        scope = scope.widened(**{
+            "skip": ["errors"] if option == "skip" else (),
+            "not_provided": values if option == "not_provided" else (),
+            **({"layout": values[0]} if option == "layout" else {}),
+            **({"forms": (values[0],)} if option == "forms" else {})})
+    report = reports[0]
+    chosen = Adapter(report.adapter, "custom", report.record, report.target, wrap=lambda f: f)
+    words = command_words(impl, chosen, adapter=adapter, profile=profile, scope=scope)
+    lines.append("To check what it does support: " + command(["batchproof", "check", *words]))
+    return "\n".join(lines)
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
 
 
 def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str, candidate: Candidate,
@@ -396,11 +510,10 @@ def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str, candidate: Candid
     divergence: `known` when the target diverged the way that divergence says, `new` when it
     diverged another way, `pass` when it agreed with the contract."""
     pin = next(p for p in info.pins if f"pin:{p.name}" == check)
-    kind = "errors" if isinstance(pin.case, BadCase) else "valid"
-    inputs = pin.case.case if isinstance(pin.case, BadCase) else pin.case
-    if not adapter.supports(inputs):
+    call = adapter.call_of(pin.case)
+    if not adapter.in_domain(call):
         return "skipped", "input outside the adapter's domain"
-    matching = [k for k in adapter.known if k.concerns(kind) and k.applies(inputs)]
+    matching = adapter.matching(call)
     shown = observe(plain, pin.case, candidate)
     if shown.what == "agreed":
         return "pass", f"matched {matching[0].name}, but the target agreed with the contract"
@@ -418,16 +531,16 @@ def fit_problem(adapter: Adapter, candidate: Candidate) -> str:
     probes = [p.case for p in info.pins if isinstance(p.case, Case)]
     probes += [info.example] if info.example is not None else []
     for case in probes:
-        if not adapter.supports(case) or any(k.concerns("valid") and k.applies(case)
-                                             for k in adapter.known):
-            continue
-        try:
+        try:  # a predicate or the wrapper that fails here: the checks report it
+            call = adapter.call_of(case)
+            if not adapter.in_domain(call) or adapter.matching(call):
+                continue
             case.call(candidate)
-        except (TypeError, ValueError) as err:
-            if _SIGNATURE.search(str(err)):
-                return f"{type(err).__name__}: {_first_line(str(err))}"
-        except Exception:  # noqa: BLE001 - another failure: the checks report it
-            pass
+        except Exception as err:  # noqa: BLE001 - a signature's failure, or the checks report it
+            # the target's, or the wrapper's own (unpacking another number of outputs)
+            cause = err.__cause__ if isinstance(err, AdapterError) else err
+            if isinstance(cause, (TypeError, ValueError)) and _SIGNATURE.search(str(cause)):
+                return f"{type(cause).__name__}: {_first_line(str(cause))}"
         return ""
     return ""
 
@@ -492,189 +605,83 @@ def main(args) -> int:
 
     profile = profiles.load(args.profile)
     try:
-        for path in args.adapter_file:
+        scope = Scope.from_args(args)
+        for path in scope.adapter_files:
             load_adapter_file(path)
-        adapters = [scoped(a, forms=args.forms, not_provided=args.not_provided, skip=args.skip,
-                           layout=args.layout, output_names=args.output_name)
-                    for a in select_adapters(args.impl, args.op, args.adapter)]
+        selected = select_adapters(args.impl, args.op, args.adapter)
+        scope.validate(a.record for a in selected)
+        adapters = [scope.narrow(a) for a in selected
+                    if scope.checks is None
+                    or set(scope.checks) & set(registry.get(a.record).check_names())]
     except ValueError as err:
         raise UsageError(str(err)) from None
     except FrameworkMissing as err:
         print(f"batchproof: error: {err}", file=sys.stderr)
         return HARNESS
-    for chosen in adapters:
-        unknown = set(args.check or ()) - set(registry.get(chosen.record).check_names())
-        if unknown:
-            raise UsageError(f"{chosen.record} has no check {sorted(unknown)[0]!r} "
-                             "(see `batchproof list checks`)")
     reproduce = reproduce_of(args.reproduce)
+    custom = args.impl is not None and ":" in args.impl
     reports = []
     for chosen in adapters:
-        try:
-            candidate = chosen.candidate()
-        except FrameworkMissing as err:  # reported as not run; the other adapters still run
-            print(f"batchproof: error: {chosen.name}: {err}", file=sys.stderr)
-            reports.append(AdapterReport(chosen.name, chosen.record, chosen.target,
-                                         chosen.version(), [], [], 0,
-                                         misfit=f"cannot be imported: {err}"))
-            continue
-        with console.status(f"checking {chosen.name} ({chosen.target})"):
-            reports.append(check_adapter(chosen, candidate, checks=args.check,
-                                         report_multiple_bugs=False, seed=args.seed,
-                                         reproduce=reproduce,
-                                         base_settings=run_settings(args.max_examples)))
-        custom = args.impl is not None and ":" in args.impl
-        print_report(reports[-1], profile, replay=replayer(
-            args.impl, chosen.record, adapter=args.adapter or (None if custom else chosen.name),
-            profile=args.profile, forms=args.forms, not_provided=args.not_provided,
-            skip=args.skip, layout=args.layout, output_names=args.output_name,
-            adapter_files=args.adapter_file))
+        report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
+                             base_settings=run_settings(args.max_examples))
+        reports.append(report)
+        print_report(report, profile, replay=replayer(
+            args.impl, chosen, adapter=args.adapter or (None if custom else chosen.name),
+            profile=args.profile))
     code = exit_code(reports)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
                        "reports": [asdict(r) for r in reports]}, handle, indent=2)
         console.print(f"report written to {args.json}", markup=False, highlight=False)
+    print_summary(reports)
+    hint = scope_hint(reports, args.impl, adapter=args.adapter, profile=args.profile)
+    if hint:
+        console.print(hint, markup=False, highlight=False, soft_wrap=True)
+    return code
+
+
+def run_adapter(chosen: Adapter, scope: Scope, **options: Any) -> AdapterReport:
+    """One adapter's report; batchproof's own failure while checking it (the import of the
+    framework, or any exception of batchproof's) is reported for that adapter, and the others
+    still run."""
+    def failed(why: str, misfit: str = "") -> AdapterReport:
+        wanted = [c for c in (scope.checks or registry.get(chosen.record).check_names())
+                  if c in registry.get(chosen.record).check_names()]
+        outcomes = [] if misfit else [CheckOutcome(chosen.name, chosen.record, c, "error",
+                                                   detail=why) for c in wanted]
+        return AdapterReport(chosen.name, chosen.record, chosen.target, chosen.version(),
+                             outcomes, [], 0, misfit=misfit, framework=chosen.framework,
+                             scope=chosen.scope)
+
+    try:
+        candidate = chosen.candidate()
+    except FrameworkMissing as err:  # reported as not run; the other adapters still run
+        print(f"batchproof: error: {chosen.name}: {err}", file=sys.stderr)
+        return failed(str(err), misfit=f"cannot be imported: {err}")
+    checks = [c for c in scope.checks or () if c in registry.get(chosen.record).check_names()]
+    try:
+        with console.status(f"checking {chosen.name} ({chosen.target})"):
+            return check_adapter(chosen, candidate, checks=checks or None,
+                                 report_multiple_bugs=False, **options)
+    except Exception as err:  # noqa: BLE001 - batchproof's own failure, reported as such
+        return failed(f"batchproof failed while checking this adapter: "
+                      f"{type(err).__name__}: {err}")
+
+
+def print_summary(reports: list[AdapterReport]) -> None:
     new = sum(len(r.new) + len(r.unexplained) for r in reports)
     errors = sum(len(r.errors) for r in reports)
     colour = "red" if new or errors else "green"
     known = sum(len(r.known) for r in reports)
     untested = sum(len(r.untested) for r in reports)
     console.print(f"[{colour}]{new} new divergence(s)[/{colour}]"
-                  + (f", [red]{errors} check(s) not carried out[/red]" if errors else "")
+                  + (f", [red]{errors} check(s) not carried out (batchproof's own failure: "
+                     "exit 3)[/red]" if errors else "")
                   + (f", [yellow]{untested} check(s) NOT TESTED (no input reached the "
                      "target)[/yellow]" if untested else "")
                   + f" in {len(reports)} target(s)"
                   + (f"; {known} known divergence(s) listed above" if known else ""))
-    return code
-
-
-def scoped(adapter: Adapter, *, forms=None, not_provided=(), skip=(), layout=None,
-           output_names=()) -> Adapter:
-    """The adapter narrowed to a function that takes only `forms` (and only the `layout` given,
-    for a record with a `layout` argument), does not produce the `not_provided` outputs, names
-    its outputs as `output_names` says ("theirs=contract"), and is not to be run through the
-    `skip` checks (or {check: why}); skipping `errors` skips every bad-input check: the
-    bad-input pins too."""
-    info = registry.get(adapter.record)
-    if forms:
-        unknown = [f for f in forms if f not in info.forms]
-        if unknown:
-            raise ValueError(f"{info.name} has no input form {unknown[0]!r}; its forms: "
-                             f"{list(info.forms)}")
-    unknown = [c for c in skip if c not in info.check_names()]
-    if unknown:
-        raise ValueError(f"{info.name} has no check {unknown[0]!r} (see `batchproof list "
-                         "checks`)")
-    renames = _renames(output_names)
-    named = [*(not_provided or ()), *renames.values()]
-    outputs = output_keys(info) if named else set()
-    unknown = [k for k in named if outputs and k not in outputs]
-    if unknown:
-        raise ValueError(f"{info.name} has no output {unknown[0]!r}; its outputs: "
-                         f"{', '.join(sorted(outputs))}")
-    why = dict(skip) if isinstance(skip, Mapping) else {c: "skipped by the caller" for c in skip}
-    if "errors" in why:  # the bad-input checks: the errors search and every bad-input pin
-        why |= {f"pin:{pin.name}": f"a bad-input pin ({why['errors']})" for pin in info.pins
-                if isinstance(pin.case, BadCase) and f"pin:{pin.name}" not in why}
-    changes: dict[str, Any] = {}
-    if forms:
-        changes["forms"] = tuple(forms)
-    if layout is not None:
-        changes["supports"] = _with_layout(info, adapter.supports, layout)
-    if renames:
-        changes["wrap"] = _renamed(adapter.wrap, renames)
-    return dataclasses.replace(
-        adapter, skip={**adapter.skip, **why},
-        not_provided=tuple(dict.fromkeys([*adapter.not_provided, *(not_provided or ())])),
-        **changes)
-
-
-def _with_layout(info: OpInfo, supports, layout: str):
-    """`supports`, restricted to calls in `layout` (the contract's default when not passed)."""
-    import inspect
-
-    parameter = inspect.signature(info.reference).parameters.get("layout")
-    if parameter is None:
-        raise ValueError(f"{info.name} has no layout argument (--layout)")
-    default = parameter.default
-
-    def in_layout(case: Case) -> bool:
-        return case.kwargs.get("layout", default) == layout and supports(case)
-
-    return in_layout
-
-
-def _renames(output_names) -> dict[str, str]:
-    """["theirs=contract", ...] -> {"theirs": "contract"}."""
-    renames = {}
-    for pair in output_names or ():
-        theirs, sep, contract = pair.partition("=")
-        if not sep or not theirs or not contract:
-            raise ValueError(f"--output-name {pair!r}: expected THEIRS=CONTRACT")
-        renames[theirs] = contract
-    return renames
-
-
-def _renamed(wrap, renames: dict[str, str]):
-    """The adapter's wrap, with the target's outputs renamed to the contract's keys; a dict of
-    outputs becomes a TensorDict (batch size: the first tensor's first dimension; Python scalars
-    become non-tensor entries)."""
-
-    def renaming_wrap(function):
-        candidate = wrap(function)
-
-        def named(*args, **kwargs):
-            out = candidate(*args, **kwargs)
-            if isinstance(out, Mapping) and not isinstance(out, TensorDictBase):
-                return as_tensordict({renames.get(k, k): v for k, v in out.items()})
-            if isinstance(out, TensorDictBase):
-                for theirs, contract in renames.items():
-                    if theirs in out.keys():
-                        out.rename_key_(theirs, contract)
-            return out
-
-        return named
-
-    return renaming_wrap
-
-
-def as_tensordict(values: Mapping[str, Any]):
-    """A dict of outputs as the contract's TensorDict: tensors as entries (batch size from the
-    first one), everything else as non-tensor entries."""
-    from tensordict import TensorDict
-
-    tensors = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
-    batch = [next(iter(tensors.values())).shape[0]] if tensors else []
-    td = TensorDict(tensors, batch_size=batch)
-    for key, value in values.items():
-        if key not in tensors:
-            td.set_non_tensor(key, value)
-    return td
-
-
-def output_keys(info: OpInfo, draws: int = 40) -> set[str]:
-    """The output keys the oracle produces on the record's valid pins and on `draws`
-    derandomized valid inputs (empty when its outputs are not TensorDicts)."""
-    from hypothesis import Phase, given
-
-    keys: set[str] = set()
-
-    def collect(case: Case) -> None:
-        try:
-            out = case.call(info.reference)
-        except Exception:  # noqa: BLE001 - e.g. a model record without its extra
-            return
-        if isinstance(out, TensorDictBase):
-            keys.update(out.keys())
-
-    for pin in info.pins:
-        if isinstance(pin.case, Case):
-            collect(pin.case)
-    search = settings(max_examples=draws, derandomize=True, database=None, deadline=None,
-                      phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    search(given(info.valid)(collect))()
-    return keys
 
 
 def exit_code(reports: list[AdapterReport]) -> int:
@@ -688,22 +695,12 @@ def exit_code(reports: list[AdapterReport]) -> int:
     return 1 if any(r.new or r.unexplained for r in reports) else 0
 
 
-def replayer(impl: str | None, record: str, *, adapter: str | None = None,
-             profile: str | None = None, forms=None, not_provided=(), skip=(), layout=None,
-             output_names=(), adapter_files=()):
-    """outcome -> the `batchproof check` command line that replays its failure alone."""
-    words = ["batchproof", "check"]
-    for path in adapter_files or ():
-        words += ["--adapter-file", path]
-    words += ["--impl", impl] if impl else []
-    words += ["--adapter", adapter] if adapter else ["--op", record]
-    for flag, values in (("--forms", forms or ()), ("--not-provided", not_provided or ()),
-                         ("--skip", skip or ()), ("--output-name", output_names or ()),
-                         ("--layout", [layout] if layout else ())):
-        for value in values:
-            words += [flag, value]
-    if profile:
-        words += ["--profile", profile]
+def replayer(impl: str | None, chosen: Adapter, *, adapter: str | None = None,
+             profile: str | None = None, scope: Scope | None = None):
+    """outcome -> the `batchproof check` command line that replays its failure alone, in the
+    scope the adapter was narrowed to (`chosen.scope`, or `scope`)."""
+    words = ["batchproof", "check", *command_words(impl, chosen, adapter=adapter,
+                                                   profile=profile, scope=scope)]
 
     def replay(outcome: CheckOutcome) -> str:
         extra = ["--check", outcome.check] + (["--reproduce", outcome.blob] if outcome.blob
@@ -711,6 +708,18 @@ def replayer(impl: str | None, record: str, *, adapter: str | None = None,
         return command(words + extra)
 
     return replay
+
+
+def command_words(impl: str | None, chosen: Adapter, *, adapter: str | None = None,
+                  profile: str | None = None, scope: Scope | None = None) -> list[str]:
+    """`batchproof check`'s arguments that check `chosen` again, in its scope."""
+    scope = scope if scope is not None else chosen.scope
+    flags = scope.words()
+    files = flags[:2 * len(scope.adapter_files)]
+    words = [*files, *(["--impl", impl] if impl else [])]
+    words += ["--adapter", adapter] if adapter else ["--op", chosen.record]
+    words += flags[len(files):]
+    return words + (["--profile", profile] if profile else [])
 
 
 _STYLE = {"pass": "[green]PASS[/green]", "new": "[red]NEW DIVERGENCE[/red]",

@@ -623,7 +623,7 @@ BUILD_RL_BATCH = register(OpInfo(
         Property("alignment", prop_alignment, prop_alignment.__doc__),
         Property("permutation", prop_permutation, prop_permutation.__doc__, metamorphic=True),
         Property("layouts_agree", prop_layouts_agree, prop_layouts_agree.__doc__,
-                 metamorphic=True),
+                 metamorphic=True, varies=("layout",)),
         Property("max_seq_len_only_warns", prop_max_seq_len_only_warns,
                  prop_max_seq_len_only_warns.__doc__, metamorphic=True),
     ],
