@@ -428,7 +428,7 @@ PAD_PINS = [
         _expect(cu_seqlens=[0, 4, 7], cu_seqlens_padded=[0, 4, 8], max_seqlen=4,
                 labels=[[2, 3, 4, -100, 6, 7, -100, -100]],
                 loss_mask=[[1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0]])),
-    Pin("cp1_identity", Case(([1, 2, 3, 4, 5], [0, 3, 5]), {"cp_size": 1}),
+    Pin("cp1_pads_nothing", Case(([1, 2, 3, 4, 5], [0, 3, 5]), {"cp_size": 1}),
         "cp = 1 pads nothing (a multiple of 2·cp would pad to 2)",
         _expect(input_ids=[[1, 2, 3, 4, 5]], cu_seqlens_padded=[0, 3, 5])),
     Pin("empty_and_single_token_sequences", Case(([7, 8, 9], [0, 0, 1, 1, 3]), {"cp_size": 4}),

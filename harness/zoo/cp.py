@@ -355,7 +355,7 @@ ENTRIES = [
            "NVIDIA/Megatron-LM#2645, NVIDIA-NeMo/labs-molt#105", oracle=True),
     _entry("oracle_pad_cp1_to_two", "pad_for_cp",
            "the spec pads to 2·cp for cp = 1 too: no longer the identity",
-           ("property:cp1_identity", "property:boundaries", "pin:cp1_identity"),
+           ("property:cp1_identity", "property:boundaries", "pin:cp1_pads_nothing"),
            _swapped(_pad, (_impl,), multiple=_multiple_always_doubled), oracle=True),
     _entry("labels_rolled_over_stream", "pad_for_cp",
            "labels from one roll of the padded stream: last real tokens labelled with pads",
