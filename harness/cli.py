@@ -624,7 +624,8 @@ def mutate(args: argparse.Namespace) -> int:
 
         try:
             return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
-                                      json_path=args.json, markdown_path=args.markdown)
+                                      json_path=args.json, markdown_path=args.markdown,
+                                      harness=args.harness)
         except ValueError as err:
             raise UsageError(str(err)) from None
     from batchproof.mutate import kill_matrix
@@ -1077,6 +1078,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--zoo: without the pins (pin: checks and the @examples of each search): "
                         "what the random search alone kills, as on a bug no pin was written for")
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
+    p.add_argument("--harness", action="append", default=[], metavar="MODULE",
+                   help="mutmut: mutate this harness module (compare, report, adapters/__init__, "
+                        "adapters/scope, regimes, blocks) instead of impl/, its own tests as the "
+                        "killers; repeatable")
     p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
                                       "mutmut: the score per file and every equivalent with its "
                                       "reason)")
