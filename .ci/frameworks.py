@@ -236,6 +236,46 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
         outcome.output.append(_failures_of(check.stdout) + check.stderr[-3000:])
 
 
+PAGES = {"skyrl.rl_batch_0_4": "frameworks-skyrl04.md", "skyrl.rl_batch": "frameworks.md",
+         "skyrl.": "frameworks-skyrl-sft.md", "verl.": "frameworks.md",
+         "transformers.": "frameworks-transformers.md", "trl.": "frameworks-trl.md",
+         "openrlhf.": "frameworks-openrlhf.md"}
+
+
+def markdown_rows(releases_run: list[Release], reports: Path) -> str:
+    """The matrix table of docs/frameworks.md, one row per adapter, from the check reports."""
+    lines = ["| release | adapter: function → record | checks: pass / known / skipped / NOT "
+             "TESTED | examples run | known divergences: confirmed (not met, not reproduced, "
+             "too broad) | new | exit |", "|---|---|---|---|---|---|---|"]
+    for release in releases_run:
+        file = reports / f"check-{release.name}.json"
+        if not file.exists():
+            lines.append(f"| {release.name} | (no report) | | | | | |")
+            continue
+        data = json.loads(file.read_text())
+        for report in data["reports"]:
+            statuses = [o["status"] for o in report["outcomes"]]
+            counts = " / ".join(str(statuses.count(s)) for s in
+                                ("pass", "known", "skipped", "not tested"))
+            known = report["known"]
+            flags = [f"{sum(k['status'] == s for k in known)} {s}" for s in
+                     ("not met", "not reproduced") if any(k["status"] == s for k in known)]
+            broad = sum(bool(k["too_broad"] and k["diverged"]) for k in known)
+            flags += [f"{broad} too broad"] if broad else []
+            confirmed = sum(k["status"] == "confirmed" for k in known)
+            new = sum(s == "new" for s in statuses) + sum(
+                k["status"] == "diverged otherwise" for k in known)
+            page = next(v for k, v in PAGES.items() if report["adapter"].startswith(k))
+            function = report["target"].rpartition(":")[2]
+            lines.append(
+                f"| {release.name} | [`{report['adapter']}`]({page}): `{function}` → "
+                f"`{report['record']}` | {counts} | "
+                f"{sum(o['examples'] for o in report['outcomes'])} | {confirmed}"
+                f"{' (' + ', '.join(flags) + ')' if flags else ''} | {new} | "
+                f"{data['exit_status']} |")
+    return "\n".join(lines) + "\n"
+
+
 def _failures_of(stdout: str) -> str:
     """What a failing `batchproof check` printed about its failures: each new divergence's
     or error's section and the summary line (the tables of passing checks left out)."""
@@ -270,6 +310,8 @@ def main() -> int:
     parser.add_argument("--reports", type=Path, help="keep the check reports in this folder")
     parser.add_argument("--torch-index-url", help="where pip finds torch==2.13.0 (default: "
                         "pip's configuration; on these machines, a CPU wheel on local disk)")
+    parser.add_argument("--markdown", type=Path,
+                        help="write the matrix table (one row per adapter) as Markdown")
     parser.add_argument("--commands", action="store_true",
                         help="print each release's install as a user types it, and stop")
     args = parser.parse_args()
@@ -297,6 +339,8 @@ def main() -> int:
             for future in concurrent.futures.as_completed(futures):
                 results.append(future.result())
                 print(results[-1].line(), flush=True)
+        if args.markdown:
+            args.markdown.write_text(markdown_rows(chosen, reports))
     results.sort(key=lambda o: [r.name for r in chosen].index(o.release))
     failed = [o for o in results if not o.ok]
     for outcome in failed:

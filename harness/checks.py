@@ -465,6 +465,8 @@ def _call_on(info: OpInfo, case: Case, candidate: Candidate, device: str) -> Any
 def _raised(case: Case, fn: Callable[..., Any]) -> BaseException | None:
     try:
         case.call(fn)
+    except HarnessError:  # batchproof's own failure (an adapter's wrapper): not a result
+        raise
     except Exception as exc:  # noqa: BLE001 - the exception is the result
         return exc
     return None

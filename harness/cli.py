@@ -499,16 +499,32 @@ def _print_tensors(output: Any) -> None:
 
 # --------------------------------------------------------------------------- list
 
-LISTS = ("ops", "records", "checks", "adapters", "profiles", "placements")
+LISTS = ("ops", "records", "checks", "adapters", "profiles", "placements", "regimes")
 
 
 def list_things(args: argparse.Namespace) -> int:
-    wanted = [args.what] if args.what else list(LISTS)
+    # `regimes` draws each strategy's budget: only when asked for by name
+    wanted = [args.what] if args.what else [w for w in LISTS if w != "regimes"]
     for what in wanted:
         {"ops": _list_ops, "records": _list_records, "checks": _list_checks,
          "adapters": _list_adapters, "profiles": _list_profiles,
-         "placements": _list_placements}[what]()
+         "placements": _list_placements, "regimes": _list_regimes}[what]()
     return OK
+
+
+def _list_regimes() -> None:
+    from batchproof import regimes
+    from batchproof.profiles import PROFILES
+
+    budget = PROFILES["ci"].max_examples
+    table = Table(title=f"regimes: what each strategy promises to draw, and in how many of the "
+                        f"ci profile's {budget} examples it does (batchproof.regimes)")
+    for column in ("record", "regime", "examples"):
+        table.add_column(column, justify="right" if column == "examples" else "left")
+    for record in regimes.records():
+        for name, hits in regimes.coverage(record, examples=budget).items():
+            table.add_row(record, name, str(hits) if hits else f"[red]{hits}[/red]")
+    console.print(table)
 
 
 def _list_ops() -> None:
@@ -608,7 +624,8 @@ def mutate(args: argparse.Namespace) -> int:
 
         try:
             return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
-                                      json_path=args.json, markdown_path=args.markdown)
+                                      json_path=args.json, markdown_path=args.markdown,
+                                      harness=args.harness)
         except ValueError as err:
             raise UsageError(str(err)) from None
     from batchproof.mutate import kill_matrix
@@ -1061,6 +1078,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--zoo: without the pins (pin: checks and the @examples of each search): "
                         "what the random search alone kills, as on a bug no pin was written for")
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
+    p.add_argument("--harness", action="append", default=[], metavar="MODULE",
+                   help="mutmut: mutate this harness module (compare, report, adapters/__init__, "
+                        "adapters/scope, regimes, blocks) instead of impl/, its own tests as the "
+                        "killers; repeatable")
     p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
                                       "mutmut: the score per file and every equivalent with its "
                                       "reason)")

@@ -133,8 +133,8 @@ def test_a_raising_predicate_on_a_pin_errors_that_pin_only() -> None:
     info = registry.get("balance.karmarkar_karp")
     bad_pins = [p.name for p in info.pins if isinstance(p.case, BadCase)]
     planted = dataclasses.replace(STAND_IN, known=(KnownDivergence(
-        "never_a_list", lambda call: len(call.arg("values")) < 0, kind="errors",
-        raises=AssertionError, doc="raises where values has no length"),))
+        "tensor_values", lambda call: call.arg("values").dim() > 1, kind="errors",
+        raises=AssertionError, doc="raises where values is not a tensor (a list)"),))
     report = check_adapter(planted, _verl_like, checks=[f"pin:{n}" for n in bad_pins])
     statuses = {o.check: o.status for o in report.outcomes}
     assert "error" in statuses.values() and "new" not in statuses.values(), statuses
@@ -150,7 +150,7 @@ def test_a_wrapper_that_raises_on_its_own_is_batchproofs_failure() -> None:
         return contract
 
     planted = dataclasses.replace(STAND_IN, known=(), wrap=wrap)
-    report = check_adapter(planted, planted.guarded(_verl_like), checks=["errors"],
+    report = check_adapter(planted, planted.guarded(karmarkar_karp), checks=["errors"],
                            max_examples=60, derandomize=True, replay_database=False)
     (errors,) = report.outcomes
     assert errors.status == "error" and "AdapterError" in errors.detail, errors
@@ -181,3 +181,77 @@ def test_a_strategy_that_raises_is_batchproofs_failure() -> None:
     (outcome,) = report.outcomes
     assert outcome.status == "error" and "while drawing an input" in outcome.detail, outcome
     assert exit_code([report]) == 3
+
+
+# --------------------------------------------------------------------------- specificity
+#
+# A known divergence confirms only what it says (`raises=`, `accepts=`, `fields=`). For each way
+# one can show, a target that diverges that way on the set-aside inputs confirms it, and a target
+# that diverges another way on the same inputs is reported: `diverged otherwise`, exit 1.
+
+
+def _k_over_n(call) -> bool:
+    values, k = call.arg("values"), call.arg("k")
+    return isinstance(values, list) and isinstance(k, (int, float)) \
+        and not isinstance(k, bool) and k > len(values)
+
+
+def _accepting(values, k, *, equal_size=False):
+    if isinstance(k, (int, float)) and isinstance(values, list) and k > len(values):
+        k = int(k)
+        return [[i] for i in range(len(values))] + [[] for _ in range(k - len(values))]
+    return karmarkar_karp(values, k, equal_size=equal_size)
+
+
+def _key_error(values, k, *, equal_size=False):
+    if isinstance(k, (int, float)) and isinstance(values, list) and k > len(values):
+        raise KeyError(k)
+    return karmarkar_karp(values, k, equal_size=equal_size)
+
+
+def _with_rewards(call) -> bool:
+    return call.valid and call.arg("rewards") is not None
+
+
+def _shifting(key: str):
+    from batchproof.reference.rl_batch import build_rl_batch
+
+    def collate(*args, **kwargs):
+        out = build_rl_batch(*args, **kwargs)
+        if kwargs.get("rewards") is not None and out[key].numel():
+            out[key] = out[key] + 1
+        return out
+
+    return collate
+
+
+SHOWS = {
+    # how it shows: (record, known divergence, a target showing it, one diverging otherwise)
+    "raises": ("balance.karmarkar_karp",
+               KnownDivergence("k_over_n", _k_over_n, kind="errors", raises=AssertionError,
+                               doc="k > n raises AssertionError"), _verl_like, _key_error),
+    "accepts": ("balance.karmarkar_karp",
+                KnownDivergence("k_over_n", _k_over_n, kind="errors", accepts=True,
+                                doc="k > n is accepted"), _accepting, _key_error),
+    "fields": ("rl_batch.build_rl_batch",
+               KnownDivergence("rewards_shifted", _with_rewards, kind="valid",
+                               fields=("rewards",), doc="rewards are shifted by one"),
+               _shifting("rewards"), _shifting("loss_mask")),
+}
+
+
+@pytest.mark.parametrize("how", sorted(SHOWS))
+def test_a_known_divergence_confirms_only_what_it_says(how: str) -> None:
+    record, known, showing, otherwise = SHOWS[how]
+    adapter = Adapter(name=f"stand_in.{how}", framework="stand_in", record=record,
+                      target="m:f", wrap=lambda fn: fn, forms=("lists",), known=(known,))
+    checks = ["errors"] if known.kind == "errors" else ["equivalence"]
+    run = dict(checks=checks, max_examples=40, derandomize=True, replay_database=False)
+    confirmed = check_adapter(adapter, showing, **run)
+    (entry,) = confirmed.known
+    assert entry["status"] == "confirmed" and entry["confirmed"] > 0, entry
+    assert exit_code([confirmed]) == 0
+    other = check_adapter(adapter, otherwise, **run)
+    (entry,) = other.known
+    assert entry["status"] == "diverged otherwise" and entry["otherwise"], entry
+    assert other.unexplained and exit_code([other]) == 1

@@ -362,7 +362,9 @@ def extract_cases(draw) -> Case:
         td = draw(row_slices(nest_quietly(td, pad_token_id=pad)))
     totals = _attention(td).sum(1).tolist()
     trailing = draw(st.sampled_from([(), (1,), (3,)]))
+    # the model output in any floating dtype: the result keeps it (docs/nesting.md)
     flat = special_floats((sum(totals), *trailing), draw(hs.generators()))
+    flat = flat.to(draw(st.sampled_from([torch.float32, *hs.FLOAT_DTYPES])))
     if draw(st.booleans()):
         return Case((td, flat))
     offsets = torch.tensor([0] + list(_cumsum(totals)), dtype=torch.int64)
@@ -422,10 +424,13 @@ def bad_nest_cases(draw) -> BadCase:
         return BadCase(Case((td,), {"pad_token_id": pad,
                                     "rules": {name: ("attention_mask", 0)}}),
                        ValueError, f"{name} registered against attention_mask")
-    if kind == "not_binary":
-        row = draw(st.integers(0, td.batch_size[0] - 1))
-        mask = td["attention_mask"].to(torch.int64).clone()
-        mask[row, -1] = draw(st.sampled_from([2, -1]))
+    if kind == "not_binary":  # in the dtype that can hold the value: a fraction or NaN in a
+        row = draw(st.integers(0, td.batch_size[0] - 1))  # floating mask
+        value = draw(st.sampled_from([2, -1, 0.5, float("nan")]))
+        dtype = torch.int64 if float(value).is_integer() else draw(
+            st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
+        mask = td["attention_mask"].to(dtype).clone()
+        mask[row, -1] = value
         td["attention_mask"] = mask
         return BadCase(Case((td,), {"pad_token_id": pad}), ValueError, f"mask row {row} not 0/1")
     if kind == "strict":
