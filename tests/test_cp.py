@@ -238,3 +238,18 @@ def test_workers_use_the_module_the_zoo_patches() -> None:
         entry = get(name)
         with planted(entry):
             assert getattr(impl, entry.function) is entry.replacement
+
+
+@pytest.mark.parametrize("record", ["cp.shard", "cp.unshard", "cp.shard_bshd"])
+def test_the_kernels_across_several_programs_per_sequence(record, monkeypatch) -> None:
+    """Under the `triton` placement with 4-element blocks (32 by default, more than most drawn
+    sequences), a sequence's positions span several programs: equivalence still holds."""
+    if "triton" not in placements.available():
+        pytest.skip("triton is not installed")
+    from batchproof.impl import kernels
+
+    monkeypatch.setattr(kernels, "INTERPRETED_BLOCK", 4)
+    settings = hypothesis.settings(max_examples=25, deadline=None, database=None,
+                                   derandomize=True)
+    with placements.placed("triton"):
+        run_check(registry.get(record), "equivalence", settings=settings)
