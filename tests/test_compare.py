@@ -160,3 +160,67 @@ def test_logprobs_within_tolerance_are_accepted_and_measured() -> None:
     same = assert_logprobs_close(_logprobs(0.0, -1.0, float("-inf")),
                                  _logprobs(0.0, -1.0, float("-inf")), MASK, torch.float32)
     assert same == {"max_abs": 0.0, "mean_abs": 0.0}
+
+
+# --------------------------------------------------------------------------- found everywhere
+#
+# Mutation testing of this module (`batchproof mutate --mutmut --harness compare`, docs/
+# mutation.md) found these promises untested: a difference inside a list or a dict, equal
+# values across devices, no finite token under the mask, and what a report says.
+
+
+def test_a_difference_inside_a_list_or_a_mapping_is_found() -> None:
+    for expected, actual in [([torch.zeros(1)], [torch.ones(1)]),
+                             ((torch.zeros(1), 1), (torch.zeros(1), 2)),
+                             ({"a": torch.zeros(1)}, {"a": torch.ones(1)}),
+                             ({"k": [torch.zeros(2), (1, 2.0)]}, {"k": [torch.zeros(2), (1, 2)]})]:
+        with pytest.raises(Mismatch):
+            assert_identical(expected, actual)
+    with pytest.raises(Mismatch) as info:
+        assert_identical({"k": [torch.zeros(2), (1, 2.0)]}, {"k": [torch.zeros(2), (1, 2)]})
+    assert str(info.value) == ".k[1][1]: expected 2.0 (float), got 2 (int)"
+    assert info.value.path == ".k[1][1]"
+
+
+def test_equal_values_across_devices_are_identical() -> None:
+    values = torch.tensor([[0.5, -0.0, 3.0]])
+    assert_identical(values, values.clone(), allow_device=True)
+
+
+def test_logprobs_with_no_finite_token_under_the_mask() -> None:
+    nan = float("nan")
+    measured = assert_logprobs_close(_logprobs(0.0, nan, float("-inf")),
+                                     _logprobs(0.0, nan, float("-inf")), MASK, torch.float32)
+    assert measured == {"max_abs": 0.0, "mean_abs": 0.0}
+
+
+def test_a_reports_first_difference_rows_and_picture() -> None:
+    from batchproof import registry
+    from batchproof.reference.rl_batch import build_rl_batch
+
+    expected = build_rl_batch([[5, 6], [7]], [[8], [9, 10]], pad_token_id=0)
+    actual = expected.clone()
+    actual["input_ids"][1, 1], actual["input_ids"][1, 2] = 99, 98
+    with pytest.raises(Mismatch) as info:
+        assert_identical(expected, actual, picture=registry.get("rl_batch.build_rl_batch").picture,
+                         describe_row=lambda row: f"sample {row}", compared="the two")
+    assert str(info.value).splitlines() == [
+        "input_ids: values differ: first mismatch at [1, 1]: expected 9, actual 99 (2 elements "
+        "in 1 row(s)); shape (2, 3), torch.int64",
+        "row 1: sample 1", "  expected  prr", "  actual    pxx",
+        "  (. pad, p prompt, r response, x mismatch)", "compared: the two"]
+    assert info.value.path == info.value.field == "input_ids"
+
+
+def test_a_shape_difference_draws_the_first_row_of_each() -> None:
+    from tensordict import TensorDict
+
+    with pytest.raises(Mismatch) as info:
+        assert_identical(TensorDict({"a": torch.zeros(2, 3)}, batch_size=[2]),
+                         TensorDict({"a": torch.zeros(2, 4)}, batch_size=[2]))
+    assert str(info.value).splitlines() == [
+        "a: shape differs: expected (2, 3), got (2, 4)", "row 0:", "  expected  ###",
+        "  actual    ####", "  (# a column, x mismatch)"]
+    with pytest.raises(Mismatch) as info:
+        assert_identical(torch.zeros(2, 3), torch.zeros(3, 3))
+    assert str(info.value) == "output: shape differs: expected (2, 3), got (3, 3)"
