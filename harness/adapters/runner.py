@@ -15,14 +15,13 @@ status 3). A known divergence whose inputs were met but never diverged is report
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 import sys
 import textwrap
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -32,7 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 from tensordict import TensorDictBase
 
-from batchproof import profiles, registry
+from batchproof import registry
 from batchproof.adapters import (
     Adapter,
     AdapterError,
@@ -44,7 +43,6 @@ from batchproof.adapters import (
     frameworks,
     get_adapter,
     identity_adapter,
-    load_adapter_file,
 )
 from batchproof.adapters.scope import Scope
 from batchproof.checks import (
@@ -596,49 +594,6 @@ def fitting(adapters: list[Adapter]) -> list[Adapter]:
         raise ValueError(f"no adapter fits {adapters[0].distribution} {installed}; "
                          f"adapters: {made}")
     return fit
-
-
-def main(args) -> int:
-    """`batchproof check` (see `batchproof.cli`): 0 no new divergence, 1 a new one, 2 a usage
-    error, 3 the target could not be imported or a check could not be carried out."""
-    from batchproof.cli import HARNESS, UsageError, reproduce_of, run_settings
-
-    profile = profiles.load(args.profile)
-    try:
-        scope = Scope.from_args(args)
-        for path in scope.adapter_files:
-            load_adapter_file(path)
-        selected = select_adapters(args.impl, args.op, args.adapter)
-        scope.validate(a.record for a in selected)
-        adapters = [scope.narrow(a) for a in selected
-                    if scope.checks is None
-                    or set(scope.checks) & set(registry.get(a.record).check_names())]
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    except FrameworkMissing as err:
-        print(f"batchproof: error: {err}", file=sys.stderr)
-        return HARNESS
-    reproduce = reproduce_of(args.reproduce)
-    custom = args.impl is not None and ":" in args.impl
-    reports = []
-    for chosen in adapters:
-        report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
-                             base_settings=run_settings(args.max_examples))
-        reports.append(report)
-        print_report(report, profile, replay=replayer(
-            args.impl, chosen, adapter=args.adapter or (None if custom else chosen.name),
-            profile=args.profile))
-    code = exit_code(reports)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
-                       "reports": [asdict(r) for r in reports]}, handle, indent=2)
-        console.print(f"report written to {args.json}", markup=False, highlight=False)
-    print_summary(reports)
-    hint = scope_hint(reports, args.impl, adapter=args.adapter, profile=args.profile)
-    if hint:
-        console.print(hint, markup=False, highlight=False, soft_wrap=True)
-    return code
 
 
 def run_adapter(chosen: Adapter, scope: Scope, **options: Any) -> AdapterReport:
