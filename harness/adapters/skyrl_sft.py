@@ -284,17 +284,30 @@ def loss_not_int64(case: Case) -> bool:
 
 
 def loss_divided_differently(case: Case) -> bool:
-    """`loss_not_int64`, or an integer weight other than 0 and +-2**k: `x / total` and the
-    contract's `x * float32(1 / total)` can round apart (for 0/1 masks they never do)."""
-    if loss_not_int64(case):
-        return True
-    for ex in _mappings(case):
-        for v in _values(ex, "loss_mask"):
-            if _is_real(v) and v != 0:
-                magnitude = abs(int(v))
-                if magnitude & (magnitude - 1):
-                    return True
-    return False
+    """DefaultCollator's loss mask differs from the contract's: replays both on the weights.
+    SkyRL truncates each weight into its int64 mask (a NaN, an inf or a value beyond int64
+    raises: the divergence too), then divides by the int64 total (`mask.float() / max(total,
+    1)`); the contract multiplies the float32 weights by float32(1 / max(exact total, 1)).
+    They differ where a weight is truncated (unless the contract's product underflows to the
+    same value) or where the two roundings part (an integer weight other than 0 and +-2**k can
+    give another last bit). Weights that are not plain numbers (bad input) fall back to
+    `loss_not_int64`."""
+    weights = [v for ex in _mappings(case) for v in _values(ex, "loss_mask")]
+    if not all(isinstance(v, numbers.Real) for v in weights):
+        return loss_not_int64(case)
+    floats = [float(v) for v in weights]
+    if not all(math.isfinite(f) and -(2.0**63) <= f < 2.0**63 for f in floats):
+        return True  # SkyRL's int64 mask cannot hold it: it raises
+    if not floats:
+        return False
+    ints = torch.tensor([int(f) for f in floats], dtype=torch.int64)
+    skyrl = ints.float() / max(ints.sum().item(), 1)
+    given = torch.tensor(floats, dtype=torch.float32)
+    scale = torch.tensor(1.0 / max(oracle.exact_sum(given.tolist()), 1), dtype=torch.float32)
+    contract = given * scale
+    same = (skyrl.view(torch.int32) == contract.view(torch.int32)) | (
+        skyrl.isnan() & contract.isnan())
+    return not bool(same.all())
 
 
 def misses_key(case: Case) -> bool:
@@ -807,6 +820,23 @@ def _recipe(case: Case) -> str | None:
     return recipe if recipe in oracle.FP8_RECIPES else None
 
 
+def unknown_recipe(case: Case) -> bool:
+    """An fp8_recipe the contract rejects (not one of its recipes: another str, None)."""
+    return "fp8_recipe" in case.kwargs and _recipe(case) is None
+
+
+def unknown_recipe_04(case: Case) -> bool:
+    """`unknown_recipe`, except 'auto' with FP8 on (truthy): 0.4.0's `_fp8_token_align` refuses
+    it with ValueError, the contract's type."""
+    if not unknown_recipe(case):
+        return False
+    try:
+        fp8_on = bool(case.kwargs.get("fp8"))
+    except Exception:  # noqa: BLE001 - a value without a truth value: SkyRL's `if` raises
+        return False
+    return not (case.kwargs.get("fp8_recipe") == "auto" and fp8_on)
+
+
 def skyrl_03_align(tp: int, cp: int, fp8: bool) -> int:
     """0.3.0's `get_packed_seq_align_size`: lcm(layout, 16*cp) with fp8, whatever the recipe."""
     layout = tp * cp * 2 if cp > 1 else tp
@@ -889,8 +919,8 @@ PACK_KNOWN_03 = (
             "128*tp*cp and 32*tp*cp (docs/sft.md, FP8 alignment). SkyRL bug for per-tensor "
             "4 | tp (fix: lcm(layout, 16*cp, 8*tp*cp)); 0.4.0 takes the recipe."),
     KnownDivergence(
-        "fp8_recipe_unchecked", lambda case: _recipe(case) is None and "fp8_recipe" in
-        case.kwargs, kind="errors", upstream=PACKER_03, accepts=True,
+        "fp8_recipe_unchecked", unknown_recipe, kind="errors", upstream=PACKER_03,
+        accepts=True,
         doc="0.3.0 has no recipe argument: an unknown fp8_recipe ('auto', None) is not "
             "rejected; the contract raises ValueError / TypeError."),
 
@@ -1318,6 +1348,7 @@ def collate_known_04(upstream: str, *, normalized: bool) -> tuple[KnownDivergenc
             "one_cell_2d_ids", one_cell_2d_ids, kind="errors", upstream=upstream, accepts=True,
             doc="input_ids as a (1, 1) tensor fill the one-token slot; the contract raises "
                 "ValueError (a field must be 1-D)."),
+    ) + (() if normalized else (  # (the record's only such input, a pin, has no normalize)
         KnownDivergence(
             "unbatched_tensordict_type_error", unbatched_tensordict, kind="errors",
             upstream=upstream, raises=TypeError,
@@ -1325,7 +1356,7 @@ def collate_known_04(upstream: str, *, normalized: bool) -> tuple[KnownDivergenc
                 "'input_ids']) for ex in examples)` with TypeError ('iteration over a 0-d "
                 "tensordict'); the contract raises ValueError (pin "
                 "batch_without_batch_dimension)."),
-    )
+    ))
 
 
 PACK_FORMS_04 = tuple(name for name in ops.FORMS if name != ops.NARROW_FORM)
@@ -1406,6 +1437,13 @@ PACK_KNOWN_04 = (
         doc="fp8_enabled is used for its truthiness (1, 'fp8' turn FP8 on: aligned packing, "
             "which can raise ValueError on an aligned length over the capacity)."),
 
+    KnownDivergence(
+        "fp8_recipe_unchecked", unknown_recipe_04, kind="errors", upstream=ALIGN_04,
+        accepts=True,
+        doc="fp8_recipe is not validated: without FP8 it is never read, and with FP8 only "
+            "'auto' is refused (ValueError, the contract's type); any other value but 'mxfp8' "
+            "(None, 5) is aligned like block scaling. The contract raises TypeError for a "
+            "non-str and ValueError for an unknown recipe."),
     KnownDivergence(
         "devices_unchecked", on_several_devices, kind="errors", upstream=PACKER_04,
         accepts=True, raises=TypeError,
