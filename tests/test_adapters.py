@@ -248,11 +248,49 @@ def test_skyrl_reads_a_bytes_loss_mask_as_its_code_point(skyrl) -> None:
         Tokenizer(), [[1]], [[2]], [[0.5]], [[b"1"]], logprobs=[[b"2"]])
     assert out[4].tolist() == [[49.0]] and out[5].tolist() == [[50.0]]
     case = Case(([[1]], [[2]]), {"pad_token_id": 0, "loss_masks": [[b"1"]]})
-    assert has_unchecked_value(case)
+    adapter = adapters.get_adapter("skyrl.rl_batch")
+    assert has_unchecked_value(adapter.call_of(case))
     # a str after a number is torch's TypeError, the contract's type: not set aside
-    assert not has_unchecked_value(case.replace(loss_masks=[[1.0, "x"]]))
+    assert not has_unchecked_value(adapter.call_of(case.replace(loss_masks=[[1.0, "x"]])))
     with pytest.raises(TypeError, match=r"loss_masks\[0\]"):
         build_rl_batch([[1]], [[2]], pad_token_id=0, loss_masks=[[b"1"]])
+
+
+def _skyrl_pins(adapter, pins: list[str]):
+    return check_adapter(adapter, checks=[f"pin:{name}" for name in pins],
+                         replay_database=False, derandomize=True)
+
+
+def test_skyrl_takes_no_tensor_rows(skyrl) -> None:
+    """Why `skyrl.rl_batch`'s domain leaves out tensor prompt/response rows: 0.3.0 builds each
+    row by list concatenation, so even a valid int64 row tensor raises TypeError; the record's
+    pins holding tensor rows are skipped as outside the domain, not run."""
+    import torch
+
+    class Tokenizer:
+        pad_token_id = 0
+
+    with pytest.raises(TypeError, match="can only concatenate list"):
+        skyrl.convert_prompts_responses_to_batch_tensors(
+            Tokenizer(), [torch.tensor([1])], [[2]], [[0.0]], [[1]])
+    tensor_pins = ["tensor_row_2d", "tensor_row_float", "jagged_float_prompts",
+                   "jagged_3d_prompts"]
+    report = _skyrl_pins(adapters.get_adapter("skyrl.rl_batch"), tensor_pins)
+    assert {o.check: o.detail for o in report.outcomes} == {
+        f"pin:{name}": "input outside the adapter's domain" for name in tensor_pins}
+    assert exit_code([report]) == 0
+
+
+def test_skyrl_scalar_loss_mask_is_a_type_error(skyrl) -> None:
+    """`scalar_row_type_error`: `loss_masks=[1.0]` fails SkyRL's `len(row)` (TypeError) where
+    the contract raises ValueError; set aside on its pin, and a new divergence without it."""
+    adapter = adapters.get_adapter("skyrl.rl_batch")
+    (pin,) = _skyrl_pins(adapter, ["scalar_loss_mask"]).outcomes
+    assert pin.status == "known", pin
+    (new,) = _skyrl_pins(adapter.without("scalar_row_type_error"), ["scalar_loss_mask"]).new
+    assert "candidate raised TypeError: object of type 'float' has no len()" in new.detail, new
+    assert new.minimal.startswith("build_rl_batch([[1]], [[2]], pad_token_id=0, "
+                                  "loss_masks=[1.0])"), new.minimal
 
 
 @pytest.mark.parametrize("name", ["verl.karmarkar_karp", "verl.balanced_partitions",
