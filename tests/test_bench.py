@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from batchproof import bench, placements
+from batchproof import placements
+from batchproof.perf import bench
 
 
 def test_ratios_against_the_floor_of_each_input_form_and_the_baseline() -> None:

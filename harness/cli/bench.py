@@ -11,7 +11,7 @@ from batchproof.cli.common import (
 
 
 def bench(args: argparse.Namespace) -> int:
-    from batchproof import bench as bench_module
+    from batchproof.perf import bench as bench_module
 
     if args.device == "cuda":
         _need_cuda()

@@ -11,6 +11,7 @@ The floor of an op is the physical limit for its input form:
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,7 +99,7 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
-        from batchproof.baselines import numpy_rows_rl_batch
+        from batchproof.perf.baselines import numpy_rows_rl_batch
 
         variants["numpy rows (lists)"] = lambda: numpy_rows_rl_batch(
             prompts, responses, pad_token_id=0, **per_token)
@@ -449,7 +450,7 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
-        from batchproof.baselines import numpy_rows_pack_sft
+        from batchproof.perf.baselines import numpy_rows_pack_sft
 
         variants["numpy rows (lists)"] = lambda: numpy_rows_pack_sft(
             examples, pad_token_id=0, **SFT_PACK_CONFIG)
@@ -567,3 +568,68 @@ def cp_shard_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
     """`cp.shard` at the default bench scale: the rl_batch list workload's lengths (prompts up
     to 500, responses up to 2000), made as tensors."""
     return cp_shard_device_workload(batch, device, seed, prompt_max=500, response_max=2000)
+
+
+# ---------------------------------------------------------------- nesting (the PR #6009 batch)
+
+BENCH_BATCH, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE, BENCH_FILL = 512, 2048, 14336, 0.08
+REFERENCE_ROWS = 64
+
+
+def verl_batch(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> TensorDict:
+    """The benchmark's batch: shaped like the verl run of PR #6009, ~8% real tokens."""
+    from batchproof.ops.nesting import synthetic_verl_batch, verl_like_lengths
+
+    generator = torch.Generator().manual_seed(seed)
+    prompts, responses = verl_like_lengths(batch, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE, BENCH_FILL,
+                                           generator)
+    td = synthetic_verl_batch(prompts, responses, max_prompt=BENCH_MAX_PROMPT,
+                              max_response=BENCH_MAX_RESPONSE, generator=generator)
+    return td.to(device)
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def nesting_workload(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> Workload:
+    """nest_by_mask + unnest_by_mask on the PR #6009 batch: the variants `batchproof bench` times."""
+    from batchproof.impl import nesting as impl
+    from batchproof.reference import nesting as ref_nesting
+
+    dense = verl_batch(batch, device, seed)
+    nested = impl.nest_by_mask(dense, pad_token_id=0, strict=True)
+    small = dense[:REFERENCE_ROWS].clone()
+    values = [nested.get(k).values() for k in nested.keys()
+              if not nested.is_non_tensor(k) and nested.get(k).is_nested]
+
+    def reference_round_trip():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref_nesting.unnest_by_mask(ref_nesting.nest_by_mask(small, pad_token_id=0))
+
+    def impl_round_trip():
+        impl.unnest_by_mask(impl.nest_by_mask(dense, pad_token_id=0))
+        _sync(device)
+
+    def timed(fn):
+        def run():
+            fn()
+            _sync(device)
+        return run
+
+    variants = {
+        "reference": reference_round_trip,
+        "impl nest": timed(lambda: impl.nest_by_mask(dense, pad_token_id=0)),
+        "impl unnest": timed(lambda: impl.unnest_by_mask(nested)),
+        "impl nest+unnest": impl_round_trip,
+        "floor (copy real bytes)": timed(lambda: [v.clone() for v in values]),
+        "floor (copy dense batch)": timed(lambda: dense.clone()),
+    }
+    tokens = int(dense["attention_mask"].sum())
+    output_bytes = sum(v.numel() * v.element_size() for v in values)
+    size = (f"B={batch}, P={BENCH_MAX_PROMPT}, R={BENCH_MAX_RESPONSE}, {tokens / 1e6:.2f} M real "
+            f"tokens; reference on {REFERENCE_ROWS} rows")
+    return Workload("nesting", "nest_by_mask+unnest_by_mask", size, variants, output_bytes,
+                    tokens)
