@@ -32,6 +32,7 @@ from batchproof.cli.common import (
     select_checks,
     select_records,
 )
+from batchproof.statuses import Verdict
 
 
 @dataclass
@@ -39,7 +40,7 @@ class CheckResult:
     op: str
     function: str
     check: str
-    status: str  # pass | fail | error | not tested
+    status: Verdict
     examples: int
     seconds: float
     device: str
@@ -51,7 +52,7 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        return self.status == "pass"
+        return self.status == Verdict.PASS
 
 def resolve_candidate(info, impl: str):
     """The function under test for one record: None for the built-in impl (late-bound, so the
@@ -207,7 +208,7 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
 
     stats = CheckStats()
     t0 = time.perf_counter()
-    result = CheckResult(info.op, info.function, check, "pass", 0, 0.0, args.device,
+    result = CheckResult(info.op, info.function, check, Verdict.PASS, 0, 0.0, args.device,
                          placement=placement)
     try:
         with placements.placed(placement):
@@ -216,7 +217,7 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         failure = report.describe(exc, stats, info.function)
         failure.blob = failure.blob or args.reproduce or ""  # a replayed one
-        result.status = "fail" if failure.kind == "divergence" else "error"
+        result.status = Verdict.FAIL if failure.kind == "divergence" else Verdict.ERROR
         result.error, result.notes = failure.message, failure.notes
         result.minimal = failure.minimal
         words = _verify_words(args, info.name)
@@ -227,15 +228,15 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
     if result.passed:
         result.notes = list(stats.notes)  # e.g. a replay that passes now
     if result.passed and result.examples == 0:
-        result.status = "not tested"
+        result.status = Verdict.NOT_TESTED
     return result
 
 def exit_code(results: Sequence[CheckResult]) -> int:
     """3 when batchproof could not do its job (an error, a check with no example, nothing run),
     else 1 when a check failed, else 0."""
-    if not results or any(r.status in ("error", "not tested") for r in results):
+    if not results or any(r.status in (Verdict.ERROR, Verdict.NOT_TESTED) for r in results):
         return HARNESS
-    return DIVERGENCE if any(r.status == "fail" for r in results) else OK
+    return DIVERGENCE if any(r.status == Verdict.FAIL for r in results) else OK
 
 def _verify_words(args: argparse.Namespace, record: str) -> list[str]:
     words = [PROG, "verify", "--impl", args.impl, "--op", record]
@@ -245,7 +246,8 @@ def _verify_words(args: argparse.Namespace, record: str) -> list[str]:
         words += ["--profile", args.profile]
     return words
 
-_COLOUR = {"pass": "green", "fail": "red", "error": "red", "not tested": "yellow"}
+_COLOUR = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.ERROR: "red",
+           Verdict.NOT_TESTED: "yellow"}
 
 def _badge(status: str, count: int = 0) -> str:
     label = status.upper() + (f" ({count})" if count else "")
@@ -263,7 +265,7 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
         bad = [r for r in rows if not r.passed]
         statuses = sorted({r.status for r in bad}, key=list(_COLOUR).index)
         verdict = " ".join(_badge(s, sum(r.status == s for r in bad)) for s in statuses) \
-            if bad else _badge("pass")
+            if bad else _badge(Verdict.PASS)
         table.add_row(op, function, placement, str(len(rows)), str(sum(r.examples for r in rows)),
                       verdict, f"{sum(r.seconds for r in rows):.1f}s")
     console.print(table)
@@ -273,7 +275,7 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
         console.rule(f"{r.op}.{r.function} — {r.check}{where} ({r.status})", style="red")
         for line in [r.error, *r.notes]:
             say(line)
-        if r.status == "not tested":
+        if r.status == Verdict.NOT_TESTED:
             say("the check ran no example: it did not pass")
         if r.minimal:
             say(f"minimal case: {r.minimal}")
@@ -285,7 +287,8 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
         say(f"not run: {info.name} needs {', '.join(info.missing())}")
     passed = sum(r.passed for r in results)
     colour = "green" if passed == len(results) else "red"
-    counts = {s: sum(r.status == s for r in results) for s in ("fail", "error", "not tested")}
+    counts = {s: sum(r.status == s for r in results)
+              for s in (Verdict.FAIL, Verdict.ERROR, Verdict.NOT_TESTED)}
     extra = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     console.print(f"[{colour}]{passed}/{len(results)} checks passed[/{colour}]"
                   f"{f' ({extra})' if extra else ''} in {seconds:.1f}s"
