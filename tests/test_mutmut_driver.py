@@ -253,6 +253,24 @@ def test_mutate_a_users_function_with_the_contracts_checks(tmp_path, monkeypatch
     assert "SURVIVED: theirs_multiple.x_required_multiple__mutmut_" in capsys.readouterr().out
 
 
+def test_a_function_that_fails_its_checks_is_not_mutated(tmp_path, monkeypatch, capsys) -> None:
+    """The unmutated function is checked first, with the scope and search every mutant gets: one
+    that already fails is not mutated (no mutant could be told from it); the report and the
+    flags that scope it are printed instead of mutmut's collection traceback."""
+    from batchproof.cli import main
+
+    pytest.importorskip("mutmut")
+    (tmp_path / "theirs_multiple.py").write_text(THEIRS)  # validates nothing: errors fail
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    assert main(["mutate", "--impl", "theirs_multiple:required_multiple", "--op",
+                 "trainer.required_multiple", "--max-examples", "10"]) == 1
+    captured = capsys.readouterr()
+    assert "not mutated: theirs_multiple:required_multiple fails its checks" in captured.err
+    assert "--skip errors" in captured.out and "Traceback" not in captured.out + captured.err
+    assert "Running mutation testing" not in captured.out
+
+
 def test_the_contract_test_mutmut_runs_is_the_scoped_check() -> None:
     from batchproof.adapters.scope import Scope
     from batchproof.mutate_target import Target, test_source
