@@ -178,6 +178,8 @@ def _diff_tensor(expected: Any, actual: Any, path: str, allow_device: bool):
             f"got {tuple(actual.shape)}", _rows_of_shape(expected, actual), {}
     e, a = expected.detach().cpu(), actual.detach().cpu()  # one copy each from a device
     differ = _bits(e) != _bits(a)
+    if e.is_complex():  # compared as (real, imaginary) pairs: an element differs if either does
+        differ = differ.any(-1)
     if allow_device and e.is_floating_point():  # a NaN's sign and payload: the device's
         differ &= ~(e.isnan() & a.isnan())
     if not bool(differ.any()):

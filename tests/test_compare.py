@@ -94,6 +94,8 @@ REJECTED = {
     "dict key order": ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
     "scalar type": (1, 1.0),
     "tensor vs int": (torch.tensor(1), 1),
+    "complex values": (torch.tensor([1 + 1j]), torch.tensor([1 + 2j])),
+    "complex signed zero": (torch.tensor([complex(0.0, 1.0)]), torch.tensor([complex(-0.0, 1.0)])),
 }
 
 ACCEPTED = {
@@ -101,6 +103,7 @@ ACCEPTED = {
     "the same NaN": (_nan(0x7FC00001), _nan(0x7FC00001)),
     "equal jagged": (_jagged([[1.0], [2.0, 3.0]]), _jagged([[1.0], [2.0, 3.0]])),
     "equal TensorDicts": (_td(a=torch.ones(2), n=1), _td(a=torch.ones(2), n=1)),
+    "equal complex": (torch.tensor([1 + 1j]), torch.tensor([1 + 1j])),
     # strides are not a promise: a column-major copy holds the same tensor
     "another stride": (torch.arange(6.0).reshape(2, 3),
                        torch.arange(6.0).reshape(2, 3).t().contiguous().t()),
