@@ -1,7 +1,7 @@
 """pytest-benchmark for `build_rl_batch` at B=1024, prompts 50–500, responses 50–2000 tokens.
 
 Run serially (never under xdist): `.venv/bin/python -m pytest benchmarks/bench_rl_batch.py -p no:xdist`
-Compare within one run with `--benchmark-group-by=group`; `harness bench --op rl_batch` prints the
+Compare within one run with `--benchmark-group-by=group`; `batchproof bench --op rl_batch` prints the
 same variants as ratios to the floor.
 """
 

@@ -7,7 +7,7 @@ Run serially (never under xdist), one intra-op thread (the machine's cores are s
 or `python benchmarks/bench_sft.py` for the ratio table (every variant timed in one process,
 interleaved round by round, best of 7; the reference once). pack_sft runs with dp=8, tp=2,
 cp=2 (a = 8) and capacity 16384. The workloads live in `harness/workloads.py` (also used by
-`harness bench --op sft`).
+`batchproof bench --op sft`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_sft(benchmark, function, variant):
 
 
 def main(rounds: int = 7) -> None:
-    """The ratio table, every variant timed in one process (as `harness bench` does)."""
+    """The ratio table, every variant timed in one process (as `batchproof bench` does)."""
     from batchproof.perf.bench import ratios, time_variants
 
     torch.set_num_threads(1)

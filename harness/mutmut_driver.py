@@ -1,4 +1,4 @@
-"""`harness mutate --mutmut`: mutmut 3 over `impl/`, scoped to ops or to functions changed since a
+"""`batchproof mutate --mutmut`: mutmut 3 over `impl/`, scoped to ops or to functions changed since a
 git revision, with a guard against runs that are vacuously green.
 
 How a run goes::
@@ -527,7 +527,7 @@ def _exit_on_sigterm() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m harness.mutmut_driver",
+    parser = argparse.ArgumentParser(prog="python -m batchproof.mutmut_driver",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--op", action="append")
     parser.add_argument("--since", help="only functions changed since this git revision")

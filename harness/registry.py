@@ -170,8 +170,8 @@ class OpInfo:
     to_device: Callable[[Case, str], Case] | None = None
     describe_row: Callable[[Case, int], str] | None = None
     picture: Callable[[Any], list[str]] | None = None
-    example: Case | None = None  # what `harness show` draws
-    show: Callable[[Case, Any], list[str]] | None = None  # custom drawing for `harness show`
+    example: Case | None = None  # what `batchproof show` draws
+    show: Callable[[Case, Any], list[str]] | None = None  # custom drawing for `batchproof show`
     targets: Callable[[Case], dict[str, float]] | None = None  # hypothesis.target() in `nightly`
     requires: tuple[str, ...] = ()  # optional modules its checks import (see `missing()`)
     # how properties and pins reach a candidate that does not take the first (list) form: that

@@ -1,4 +1,4 @@
-"""Adapters and `harness check`.
+"""Adapters and `batchproof check`.
 
 The mechanism is tested on a stand-in "framework" function (always runs); the SkyRL and verl
 adapters run when the `frameworks` extra is installed (pip install -e '.[frameworks]') and skip

@@ -1,5 +1,5 @@
 """The benchmark baselines (`harness.baselines`) produce the ops' outputs bit for bit: a baseline
-that computed something else would make `harness bench`'s comparison meaningless."""
+that computed something else would make `batchproof bench`'s comparison meaningless."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`harness bench`: the ratio table and a quick end-to-end run (no timing is asserted)."""
+"""`batchproof bench`: the ratio table and a quick end-to-end run (no timing is asserted)."""
 
 from __future__ import annotations
 

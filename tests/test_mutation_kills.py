@@ -4,7 +4,7 @@ Each test states a contract the spec already makes but no registry check enforce
 - bad input gets an error *naming the argument and the row* (the `errors` check compares types);
 - per-token float outputs are float32 whatever the global default dtype;
 - the max_seq_len warning says which width exceeded which limit.
-Test names contain the op name, so `harness mutate --mutmut --op rl_batch` (`-k rl_batch`) runs
+Test names contain the op name, so `batchproof mutate --mutmut --op rl_batch` (`-k rl_batch`) runs
 them.
 """
 

@@ -1,5 +1,5 @@
 """The mutmut driver's scoping, configuration and scoring (mutmut itself is not run here: a real
-run takes minutes; `harness mutate --mutmut --op rl_batch` is measured in docs/mutation.md)."""
+run takes minutes; `batchproof mutate --mutmut --op rl_batch` is measured in docs/mutation.md)."""
 
 from __future__ import annotations
 

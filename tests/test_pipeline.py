@@ -1,5 +1,5 @@
 """`pipeline` tests beyond the generic registry checks (tests/test_registry.py, tests/test_zoo.py):
-the example's literal ledger shape, the trace's stages, and `harness show`'s drawing."""
+the example's literal ledger shape, the trace's stages, and `batchproof show`'s drawing."""
 
 from __future__ import annotations
 

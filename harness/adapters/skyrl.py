@@ -373,7 +373,7 @@ RL_BATCH_KNOWN = (
         "float_ids_when_all_rows_empty", all_rows_empty, kind="valid", upstream=UPSTREAM,
         fields=("input_ids", "attention_mask"),
         doc="when every prompt and response is empty, `torch.tensor(sequences)` of empty lists "
-            "gives float32 sequences of shape (B, 0) instead of int64 (found by harness check)."),
+            "gives float32 sequences of shape (B, 0) instead of int64 (found by batchproof check)."),
     KnownDivergence(
         "per_token_length_unchecked", has_length_mismatch, kind="errors", upstream=UPSTREAM,
         accepts=True, raises=RuntimeError,

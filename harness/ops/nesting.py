@@ -1076,7 +1076,7 @@ def picture(td: TensorDictBase) -> dict[str, list[str]]:
 
 
 def draw(td: TensorDictBase) -> list[str]:
-    """`harness show --op nesting`: the dense layout, then what nesting keeps of each row."""
+    """`batchproof show --op nesting`: the dense layout, then what nesting keeps of each row."""
     nested = td if ref_nesting.STASH in td.keys() else nest_quietly(
         td, pad_token_id=td.get_non_tensor("pad_token_id") if "pad_token_id" in td.keys()
         else 0)
@@ -1101,7 +1101,7 @@ def draw(td: TensorDictBase) -> list[str]:
 
 
 def show(case: Case, output) -> list[str]:
-    """`harness show` for a record whose first argument is a (dense or nested) batch."""
+    """`batchproof show` for a record whose first argument is a (dense or nested) batch."""
     return draw(case.args[0])
 
 

@@ -1,4 +1,4 @@
-"""Strong baselines for `harness bench`: NumPy per-row slice assignment, the style of the common
+"""Strong baselines for `batchproof bench`: NumPy per-row slice assignment, the style of the common
 vectorized collators (allocate the padded arrays once, then one slice assignment per row and
 field), written to the same contract as the ops so their outputs can be compared bit for bit.
 

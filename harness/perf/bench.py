@@ -1,4 +1,4 @@
-"""`harness bench`: reference vs impl vs the floor, as ratios measured in one run.
+"""`batchproof bench`: reference vs impl vs the floor, as ratios measured in one run.
 
 Each workload (see `harness.workloads`) has named variants; every variant is timed in the same
 process, interleaved round by round, and the table reports each variant's best time and its ratio

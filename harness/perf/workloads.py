@@ -1,4 +1,4 @@
-"""Realistic benchmark workloads and their floors (shared by `harness bench` and `benchmarks/`).
+"""Realistic benchmark workloads and their floors (shared by `batchproof bench` and `benchmarks/`).
 
 Inputs are drawn with a seeded `numpy.random.Generator` (never torch's global RNG).
 
