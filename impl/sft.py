@@ -217,8 +217,6 @@ def pack_sft(
     _check_attention_all_ones(batch)
     device = _output_device(device, batch, examples)
     kernel = _kernel_applies(batch, device)
-    if batch.flat is not None and not kernel:
-        batch = _per_example(batch)
     try:
         bins = ffd_bins(batch.lengths, capacity, min_bins=dp_size, bin_multiple=dp_size)
     except ValueError:
@@ -253,15 +251,6 @@ def pack_sft(
     td.set_non_tensor("cu_seqlens_padded", plan.cu_seqlens_padded)
     td.set_non_tensor("response_length", width - 1)
     return td
-
-
-def _per_example(batch: Batch) -> Batch:
-    """A jagged batch as per-example views of its flat values, for pack_sft's torch path, which
-    places the examples in bin order (the attention masks were checked: not needed)."""
-    flat = batch.flat
-    return Batch(list(flat.input_ids.split(batch.lengths)), batch.num_actions,
-                 list(flat.loss_mask.split(batch.num_actions)), lengths=batch.lengths,
-                 has_tensors=True, flat=flat)
 
 
 def _kernel_applies(batch: Batch, device: torch.device) -> bool:
@@ -311,15 +300,19 @@ def _packed_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
     # places the tokens (masked_scatter); fresh memory costs more here than the extra pass
     attention = _segments_mask(plan.start, plan.lengths, n_rows * width)
     input_ids = torch.full((n_rows * width,), pad_token_id, dtype=torch.int64, device=device)
-    rows_of_ids = [batch.input_ids[i] for i in plan.order]
-    if _writable_in_place(batch, input_ids):  # lists onto the CPU: straight into the output
-        _write_ints(batch, rows_of_ids, plan.start_list, input_ids)
+    if batch.flat is not None:  # a jagged batch: gathered in slot order, no per-example op
+        ids, loss_values, total = _slots_of_flat(batch.flat, plan, device)
+        input_ids.masked_scatter_(attention.bool(), ids)
     else:
-        input_ids.masked_scatter_(attention.bool(),
-                                  _flat_ints(batch, rows_of_ids, plan.tokens, device))
+        rows_of_ids = [batch.input_ids[i] for i in plan.order]
+        if _writable_in_place(batch, input_ids):  # lists onto the CPU: into the output
+            _write_ints(batch, rows_of_ids, plan.start_list, input_ids)
+        else:
+            input_ids.masked_scatter_(attention.bool(),
+                                      _flat_ints(batch, rows_of_ids, plan.tokens, device))
+        loss_values, total = _flat_floats(batch, _shifted_masks(batch, plan.order),
+                                          plan.n_targets, device)
     positions = _positions(attention, plan.start, plan.lengths)
-    loss_values, total = _flat_floats(batch, _shifted_masks(batch, plan.order), plan.n_targets,
-                                      device)
     # full[p] (p >= 1) predicts from column off + p - 1; the kept values are the last n_targets
     loss_start = plan.row * (width - 1) + plan.offset + plan.lengths - 1 - plan.targets
     loss_mask = torch.zeros(n_rows * (width - 1), dtype=torch.float32, device=device)
@@ -334,12 +327,30 @@ def _triton_rows(batch: Batch, plan: _Plan, n_rows: int, pad_token_id: int):
     from batchproof.impl.kernels import triton_sft
 
     device = plan.start.device
-    ids_flat = _flat_ints(batch, [batch.input_ids[i] for i in plan.order], plan.tokens, device)
-    loss_values, total = _flat_floats(batch, _shifted_masks(batch, plan.order), plan.n_targets,
-                                      device)
+    if batch.flat is not None:
+        ids_flat, loss_values, total = _slots_of_flat(batch.flat, plan, device)
+    else:
+        ids_flat = _flat_ints(batch, [batch.input_ids[i] for i in plan.order], plan.tokens,
+                              device)
+        loss_values, total = _flat_floats(batch, _shifted_masks(batch, plan.order),
+                                          plan.n_targets, device)
     return triton_sft.write_rows(ids_flat, loss_values, _scale(loss_values, total),
                                  plan.row_offsets, plan.offset, plan.lengths, plan.targets,
                                  n_rows, plan.width, pad_token_id)
+
+
+def _slots_of_flat(flat: Flat, plan: _Plan, device) -> tuple[torch.Tensor, torch.Tensor, None]:
+    """A jagged batch's token ids and kept loss values (full[1:]: a mask loses its first value
+    when num_actions == s) in slot order, gathered from its flat values by index arithmetic:
+    a constant number of device ops whatever the number of examples.
+
+        slot k (example i)   ids    flat.input_ids[ids_offset[i] : + s_i]
+                             loss   flat.loss_mask[loss_offset[i] + drop_i : + targets_k]
+    """
+    ids = flat.input_ids.to(device, torch.int64)[
+        _ranges(plan.ids_source, plan.lengths, plan.tokens)]
+    loss = flat.loss_mask.to(device)[_ranges(plan.loss_source, plan.targets, plan.n_targets)]
+    return ids, loss, None
 
 
 # -- packing plan (per-example metadata, O(N) host work) ----------------------------------------
@@ -351,7 +362,9 @@ class _Plan:
     order[k]: example index of slot k; row[k], offset[k]: its row and first column;
     start[k] = row[k] * width + offset[k], its first cell in the flat (rows, width) frame;
     targets[k] = min(num_actions, s - 1): the loss values that survive the shift;
-    start_list: `start` as host ints (where the CPU writes each example's ids).
+    start_list: `start` as host ints (where the CPU writes each example's ids);
+    ids_source[k], loss_source[k]: where slot k's ids and kept loss values start in a jagged
+    batch's flat values (the loss skips its first value when num_actions == s).
     """
 
     def __init__(self, batch: Batch, rows: list[list[int]], align: int, device) -> None:
@@ -369,10 +382,16 @@ class _Plan:
         self.tokens = int(lengths.sum())
         targets = np.minimum(actions, lengths - 1)
         self.n_targets = int(targets.sum())
-        table = np.stack([lengths, row, offset, row * self.width + offset, targets, slot_end])
+        every_length = np.asarray(batch.lengths, dtype=np.int64)
+        every_action = np.asarray(batch.num_actions, dtype=np.int64)
+        ids_source = (np.cumsum(every_length) - every_length)[self.order]
+        loss_source = (np.cumsum(every_action) - every_action)[self.order] + (actions == lengths)
+        table = np.stack([lengths, row, offset, row * self.width + offset, targets, slot_end,
+                          ids_source, loss_source])
         self.start_list = table[3].tolist()
         table = torch.from_numpy(table).to(device)  # one host-to-device copy
         self.lengths, self.row, self.offset, self.start, self.targets = table[:5]
+        self.ids_source, self.loss_source = table[6], table[7]
         self.cu_seqlens_padded = torch.cat([table.new_zeros(1), table[5]]).to(torch.int32)
         self.row_offsets = torch.from_numpy(np.cumsum(np.concatenate([[0], counts]))).to(device)
 
