@@ -44,7 +44,7 @@ from batchproof.reference.varlen import (  # the contract's argument checks, sha
     _output_device,
 )
 
-PACKING_MODES = ("position_ids", "mask")
+PACKING_MODES = ("auto", "position_ids", "mask", "rows")
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,7 +515,7 @@ def response_logprobs(
     *,
     max_tokens_per_batch=None,
     pad_to_multiple=1,
-    packing="position_ids",
+    packing="auto",
     chunk_size=1024,
     with_grad=False,
 ) -> torch.Tensor:
@@ -529,7 +529,13 @@ def response_logprobs(
     packing: "position_ids" relies on transformers' packed-sequence detection, checked first
         (RuntimeError if the installed transformers or the model's attention implementation
         cannot isolate the samples); "mask" passes an explicit block-diagonal additive 4-D mask
-        (eager and sdpa only; N^2 memory per row).
+        (eager and sdpa only; N^2 memory per row). Both refuse (RuntimeError) a model with
+        layers that carry state along the row outside attention — recurrent mixers (Mamba,
+        gated delta nets) or short convolutions: transformers' PyTorch path runs them over the
+        whole packed row, so each sample would start from the previous one's state. "rows"
+        puts one sample per row (right-padded dense micro-batches, no mask): exact for every
+        causal model, those included. "auto" (the default): "rows" for a model with such
+        layers, else "position_ids".
     chunk_size: rows of float32 log-softmax computed at once.
     with_grad: keep the autograd graph (default: computed under torch.no_grad()).
     """
@@ -540,9 +546,14 @@ def response_logprobs(
     _check_vocab(samples.prompt_tokens, samples.prompt_lengths, "prompts", vocab)
     _check_vocab(samples.response_tokens, samples.response_lengths, "responses", vocab)
     _check_budget(samples, max_tokens_per_batch)
+    if packing == "auto":
+        packing = "rows" if _state_carrying_layers(model) else "position_ids"
     _check_packed_attention(model, packing)
-    forward = _forward_with_mask if packing == "mask" else _forward_position_ids
     with torch.set_grad_enabled(with_grad):
+        if packing == "rows":
+            return _row_logprobs(model, samples, max_tokens_per_batch, pad_to_multiple,
+                                 chunk_size)
+        forward = _forward_with_mask if packing == "mask" else _forward_position_ids
         return _packed_logprobs(model, samples, forward, max_tokens_per_batch, pad_to_multiple,
                                 chunk_size)
 
@@ -588,6 +599,76 @@ def _with_responses(samples: _Samples) -> _Samples:
         samples.prompt_lengths[kept_index], samples.response_lengths[kept_index],
         samples.host_prompt_lengths[kept], samples.host_response_lengths[kept],
     )
+
+
+def _row_logprobs(model, samples: _Samples, max_tokens_per_batch, pad_to_multiple: int,
+                  chunk_size: int) -> torch.Tensor:
+    """`packing="rows"`: one sample per row, right-padded with token 0 to the longest sample of
+    its micro-batch (rounded up to `pad_to_multiple`), no attention mask and default positions.
+    A causal model's logits at a real token never read the padding after it, so every row is
+    its sample's own forward, whatever mixes the tokens (attention, convolutions, recurrences).
+
+        samples of 5, 3, 4 tokens, budget 15     micro-batch 1   s s s s s      2 rows x 5
+        (rows x longest <= budget)                               s s s . .
+                                                 micro-batch 2   s s s s        1 row x 4
+    """
+    scored = _with_responses(samples)
+    width = int(samples.host_response_lengths.max())
+    device = samples.prompt_tokens.device
+    if scored.size == 0:
+        return torch.zeros((samples.size, width), dtype=torch.float32, device=device)
+    row = _pack(scored, 1, 0)
+    lengths = (scored.host_prompt_lengths + scored.host_response_lengths).tolist()
+    budget = 2 * max(lengths) if max_tokens_per_batch is None else max_tokens_per_batch
+    token_ends = list(itertools.accumulate(lengths))
+    response_ends = list(itertools.accumulate(scored.host_response_lengths.tolist()))
+    pieces = []
+    for first, last in _row_batches(lengths, budget):
+        start = token_ends[first - 1] if first else 0
+        lo, hi = (response_ends[first - 1] if first else 0), response_ends[last - 1]
+        columns = _padded_size(max(lengths[first:last]), pad_to_multiple)
+        group = torch.tensor(lengths[first:last], dtype=torch.int64)
+        # token t of the group's k-th sample (packed at start_k + o) goes to k * columns + o
+        starts = _exclusive_cumsum(group)
+        shift = host_put(torch.arange(last - first) * columns - starts, device=device)
+        slots = _ramps(host_put(group, device=device), shift, token_ends[last - 1] - start)
+        ids = torch.zeros((last - first) * columns, dtype=torch.int64, device=device)
+        ids.scatter_(0, slots, row["input_ids"][0, start:token_ends[last - 1]])
+        # the logit that scores each response token: its predict_index, moved the same way
+        predict = slots[row["predict_index"][lo:hi] - start]
+        targets = torch.gather(row["input_ids"][0], 0, row["target_index"][lo:hi])
+        p_host = scored.host_prompt_lengths[first:last].tolist()
+        r_host = scored.host_response_lengths[first:last].tolist()
+        read = (min(p - 1 for p in p_host), max(p + r - 2 for p, r in zip(p_host, r_host)))
+        logits = _forward_rows(model, ids.reshape(last - first, columns), predict, read)
+        pieces.append(_token_logprobs(logits, targets, chunk_size))
+    return _right_aligned(torch.cat(pieces), samples.response_lengths, width)
+
+
+def _row_batches(lengths: list[int], budget: int) -> list[tuple[int, int]]:
+    """Consecutive sample ranges [first, last) whose rows x longest sample stays within `budget`
+    (greedy; a sample alone always fits: none is longer than the budget)."""
+    ranges, first = [], 0
+    while first < len(lengths):
+        last, longest = first + 1, lengths[first]
+        while last < len(lengths) and (last + 1 - first) * max(longest, lengths[last]) <= budget:
+            longest = max(longest, lengths[last])
+            last += 1
+        ranges.append((first, last))
+        first = last
+    return ranges
+
+
+def _forward_rows(model, input_ids, flat_positions, read: tuple[int, int]) -> torch.Tensor:
+    """Logits (len(flat_positions), V) of a right-padded dense batch at the flat positions
+    `row * columns + column`; only the columns `read` = (first, last) that hold them are
+    projected to the vocabulary."""
+    columns = input_ids.shape[1]
+    keep = torch.arange(read[0], read[1] + 1, device=input_ids.device)
+    with callers_code():
+        out = model(input_ids=input_ids, attention_mask=None, use_cache=False,
+                    logits_to_keep=keep)
+    return out.logits[flat_positions // columns, flat_positions % columns - read[0]]
 
 
 def _micro_batches(token_ends: list[int], budget: int) -> list[tuple[int, int]]:
@@ -666,6 +747,16 @@ def _check_packed_attention(model, packing: str) -> None:
     mask transformers builds (eager, sdpa, flex, flash); anything else silently attends across
     samples. "mask" needs eager or sdpa (the kernels that take a 4-D additive mask).
     """
+    if packing == "rows":  # one sample per row: nothing to isolate
+        return
+    carrying = _state_carrying_layers(model)
+    if carrying:
+        shown = ", ".join(carrying[:3]) + (", ..." if len(carrying) > 3 else "")
+        raise RuntimeError(
+            f"{type(model).__name__} has layers that carry state along the sequence outside "
+            f"attention ({shown}): transformers' PyTorch path runs them over the whole packed "
+            f"row, so each sample would start from the previous sample's state. Pass "
+            f"packing='rows' (one sample per row, right-padded)")
     try:
         from transformers import masking_utils
     except ImportError as err:  # transformers < 4.53
@@ -688,6 +779,34 @@ def _check_packed_attention(model, packing: str) -> None:
         raise RuntimeError(f"transformers builds no packed-sequence mask for attn_implementation "
                            f"{attn!r}: the samples of a packed row would attend to each other "
                            f"(supported: {sorted(mask_functions)})")
+
+
+# class names (lower case) of sequence mixers with a recurrent state: a name that ends in "mixer"
+# (the Mamba / Mamba2 mixers of Mamba, Mamba2, Bamba, Nemotron-H, Falcon-H1, Jamba, Zamba), or that
+# holds one of these fragments: gated delta nets (Qwen3-Next, Qwen3.5), RecurrentGemma's RG-LRU,
+# RWKV's time mixing, lightning / linear attention
+_RECURRENT = ("deltanet", "rglru", "rwkvselfattention", "lightningattention", "linearattention")
+
+
+def _recurrent_layers(model) -> list[str]:
+    """Names of the submodules whose class is a recurrent sequence mixer (see `_RECURRENT`)."""
+    return [name for name, module in model.named_modules()
+            if (kind := type(module).__name__.lower()).endswith("mixer")
+            or any(part in kind for part in _RECURRENT)]
+
+
+def _state_carrying_layers(model) -> list[str]:
+    """Names of the layers that carry state from one token to the next outside attention:
+    transformers' PyTorch path runs them over a packed row as one sequence."""
+    return _recurrent_layers(model) + _convolution_layers(model)
+
+
+def _convolution_layers(model) -> list[str]:
+    """Names of the `nn.Conv1d` submodules: short causal convolutions along the sequence (LFM2's
+    ShortConv; the convolution inside every Mamba and gated delta net mixer), which read the
+    last tokens before each position — across a packed boundary, the previous sample's."""
+    return [name for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Conv1d)]
 
 
 _UPGRADE = ("the installed transformers {what}: a packed forward would let samples attend to "

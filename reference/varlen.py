@@ -27,7 +27,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from batchproof.reference._checks import check_pad_token_id
 
-PACKING_MODES = ("position_ids", "mask")
+PACKING_MODES = ("auto", "position_ids", "mask", "rows")
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,7 +263,7 @@ def response_logprobs(
     *,
     max_tokens_per_batch=None,
     pad_to_multiple=1,
-    packing="position_ids",
+    packing="auto",
     chunk_size=1024,
     with_grad=False,
 ) -> torch.Tensor:

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from batchproof import blocks as hs
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
-from batchproof.models import VOCAB, ModelCase, ModelSpec, specs
+from batchproof.models import (
+    FAMILIES,
+    VOCAB,
+    ModelCase,
+    ModelSpec,
+    specs,
+    trainable_model,
+)
 from batchproof.reference import varlen as _reference
 from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
@@ -721,13 +728,27 @@ REPAD = register(OpInfo(
 
 # --------------------------------------------------------------------------- response_logprobs
 
-MODEL_SPECS = specs()  # every architecture x attention implementation, float32, CPU
+def model_specs() -> list[ModelSpec]:
+    """Every family of `batchproof.models.FAMILIES` the installed transformers has (attention,
+    hybrid and recurrent), each with its attention implementations, float32, CPU. A function:
+    asking whether a hybrid family exists imports transformers, which importing the registry
+    must not do."""
+    return specs(architectures=tuple(FAMILIES))
+
+
+# packing modes per kind of family: a hybrid or recurrent family is drawn with the modes that
+# keep its samples apart ("auto" scores it one sample per row; "position_ids" and "mask" refuse it
+# with a RuntimeError, which the reference does not raise: tests/test_varlen.py checks that)
+ATTENTION_PACKING = (None, "position_ids", "mask", "rows")  # None: the default, "auto"
+HYBRID_PACKING = (None, "rows")
 
 
 @st.composite
-def logprob_cases(draw, *, models: list[ModelSpec] = MODEL_SPECS) -> ModelCase:
-    """A tiny model, then a few samples of a few tokens, then the packing options."""
-    model = draw(st.sampled_from(models))
+def logprob_cases(draw, *, models: list[ModelSpec] | None = None) -> ModelCase:
+    """A tiny model (every family by default), then a few samples of a few tokens, then the
+    packing options (the modes that keep the family's samples apart: `HYBRID_PACKING` for a
+    family whose layers carry state along the row)."""
+    model = draw(st.sampled_from(models if models is not None else model_specs()))
     prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
                                       vocab=VOCAB))
     kwargs = {}
@@ -736,8 +757,9 @@ def logprob_cases(draw, *, models: list[ModelSpec] = MODEL_SPECS) -> ModelCase:
         kwargs["max_tokens_per_batch"] = max(1, longest + draw(st.integers(0, 8)))
     if draw(st.booleans()):
         kwargs["pad_to_multiple"] = draw(st.sampled_from([1, 4, 8]))
-    if draw(st.integers(0, 3)) == 0:
-        kwargs["packing"] = "mask"
+    packing = draw(st.sampled_from(ATTENTION_PACKING if model.packs else HYBRID_PACKING))
+    if packing is not None:
+        kwargs["packing"] = packing
     return ModelCase((prompts, responses), kwargs, model=model)
 
 
@@ -748,7 +770,7 @@ LOGPROB_DEFECTS = ["empty_prompt", "token_too_large", "negative_token", "over_bu
 @st.composite
 def bad_logprob_cases(draw) -> BadCase:
     kind = draw(st.sampled_from(LOGPROB_DEFECTS))  # first: Hypothesis favours the first kind
-    model = draw(st.sampled_from(MODEL_SPECS))
+    model = draw(st.sampled_from(model_specs()))
     prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
                                       vocab=VOCAB))
     prompts, responses = [list(p) for p in prompts], [list(r) for r in responses]
@@ -851,8 +873,128 @@ def prop_samples_isolated(case: Case, out, candidate) -> None:
                            f"attend to their neighbours): {err}") from None
 
 
+# ------------------------------------------------- gradients: packed against per-sample forwards
+
+GRADIENT_TOLERANCE = {
+    # dtype: r, the largest |Δ| allowed in one parameter's gradient as a multiple of
+    # max(1, max |g|) over that parameter's reference gradient (docs/equivalence.md measures it)
+    torch.float32: 1e-5,
+    torch.bfloat16: 5e-2,
+    torch.float16: 5e-2,
+}
+
+
+def unique_tokens(prompts, responses, vocab: int = VOCAB):
+    """The same lengths with every token a distinct id (token i of the batch, counted prompt_0,
+    response_0, prompt_1, ..., becomes (37 i + 11) % vocab): the gradient of a token's row of
+    the embedding matrix is then the gradient of that one input embedding. None when the batch
+    has more tokens than the vocabulary."""
+    total = sum(len(row) for pair in zip(prompts, responses) for row in pair)
+    if total > vocab:
+        return None
+    ids = iter((37 * i + 11) % vocab for i in range(total))
+    new_prompts, new_responses = [], []
+    for prompt, response in zip(prompts, responses):
+        new_prompts.append([next(ids) for _ in prompt])
+        new_responses.append([next(ids) for _ in response])
+    return new_prompts, new_responses
+
+
+def model_gradients(fn, model, prompts, responses, kwargs) -> dict[str, torch.Tensor]:
+    """d sum(fn(model, prompts, responses, **kwargs, with_grad=True)) / d parameter, for every
+    parameter (zeros where the graph does not reach it, everywhere when no sample has a
+    response: the output then has no graph); `model`'s gradients are reset first."""
+    for parameter in model.parameters():
+        parameter.grad = None
+    total = fn(model, prompts, responses, **{**kwargs, "with_grad": True}).sum()
+    if total.requires_grad:
+        total.backward()
+    return {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
+            for name, p in model.named_parameters()}
+
+
+def assert_gradients_close(expected: dict, actual: dict, dtype: torch.dtype, *,
+                           embedding: str = "", tokens: dict | None = None) -> dict[str, float]:
+    """Every parameter's gradient within `GRADIENT_TOLERANCE[dtype]` x max(1, max |g|) of the
+    reference's; the rows of the input embedding matrix (`embedding`, the parameter's name) that
+    `tokens` maps to a place in the batch (`{token id: "responses[1][0]"}`) first, each named by
+    that place. Returns the largest |Δ| and its ratio to the allowed |Δ|."""
+    ratio = GRADIENT_TOLERANCE[dtype]
+    worst = {"max_abs": 0.0, "of_tolerance": 0.0}
+
+    def check(name: str, want: torch.Tensor, got: torch.Tensor, scale: float) -> None:
+        delta = float((want - got).abs().max()) if want.numel() else 0.0
+        allowed = ratio * max(1.0, scale)
+        worst["max_abs"] = max(worst["max_abs"], delta)
+        worst["of_tolerance"] = max(worst["of_tolerance"], delta / allowed)
+        if not delta <= allowed:  # NaN fails too
+            raise Mismatch(f"gradient of {name}: max |Δ| {delta:.3g} beyond the {dtype} "
+                           f"tolerance {allowed:.3g} ({ratio:g} x max(1, max |g| = {scale:.3g}))")
+
+    _assert(set(expected) == set(actual), f"parameters differ: {sorted(set(expected) ^ set(actual))}")
+    if embedding and tokens:
+        scale = float(expected[embedding].abs().max())
+        for token, place in tokens.items():
+            check(f"the input embedding of {place}", expected[embedding][token],
+                  actual[embedding][token], scale)
+    for name in expected:
+        check(name, expected[name], actual[name], float(expected[name].abs().max()))
+    return worst
+
+
+def prop_gradients(case: Case, out, candidate) -> None:
+    """The gradients of the summed response logprobs with respect to every parameter and every
+    input embedding (token ids made distinct, so each embedding row is one position's) equal the
+    per-sample dense forwards' (the oracle), within `GRADIENT_TOLERANCE` of the model's dtype:
+    a packed forward that leaks between samples, or a log-softmax whose normaliser is detached,
+    changes them."""
+    if not isinstance(case, ModelCase):
+        return
+    prompts, responses = case.args
+    relabelled = unique_tokens(prompts, responses)
+    if relabelled is not None:
+        prompts, responses = relabelled
+    model = trainable_model(case.model)
+    kwargs = {k: v for k, v in case.kwargs.items() if k != "with_grad"}
+    expected = model_gradients(_reference.response_logprobs, model, prompts, responses, kwargs)
+    actual = model_gradients(candidate, model, prompts, responses, kwargs)
+    embedding = next(n for n, p in model.named_parameters()
+                     if p is model.get_input_embeddings().weight)
+    tokens = {} if relabelled is None else {
+        token: f"{name}[{k}][{j}]" for name, rows in (("prompts", prompts),
+                                                      ("responses", responses))
+        for k, row in enumerate(rows) for j, token in enumerate(row)}
+    assert_gradients_close(expected, actual, case.model.torch_dtype, embedding=embedding,
+                           tokens=tokens)
+
+
 def _model_case(prompts, responses, arch="llama", attn="eager", **kwargs) -> ModelCase:
     return ModelCase((prompts, responses), kwargs, model=ModelSpec(arch, attn))
+
+
+# one pin per hybrid or recurrent family: three samples, the first two in one micro-batch, the
+# second with a one-token prompt (its first response token is scored at the very position whose
+# state the previous sample would leak into)
+HYBRID_PROMPTS = [[5, 17, 33], [2], [40, 41, 42, 43]]
+HYBRID_RESPONSES = [[7, 8, 9, 10], [11, 12, 13], [14, 15]]
+HYBRID_PINS = {
+    "lfm2": ("short_conv_boundaries", "sdpa",
+             "LFM2's short convolution (kernel 3) reads the two tokens before each position: "
+             "packed, the previous sample's last two (transformers' PyTorch path passes no "
+             "boundaries to it)"),
+    "qwen3_next": ("gated_delta_net_boundaries", "sdpa",
+                   "Qwen3-Next's gated delta net (and its convolution) run over the packed row "
+                   "as one sequence: the recurrent state flows into the next sample "
+                   "(cu_seq_lens are ignored by the PyTorch kernel)"),
+    "qwen3_5": ("qwen3_5_gated_delta_net_boundaries", "eager",
+                "Qwen3.5's text model: the same gated delta net leak"),
+    "bamba": ("bamba_mamba_boundaries", "sdpa",
+              "Bamba's Mamba2 mixer scans the packed row as one sequence"),
+    "nemotron_h": ("nemotron_h_mamba_boundaries", "eager",
+                   "Nemotron-H's Mamba2 mixer scans the packed row as one sequence"),
+    "mamba2": ("mamba2_boundaries", "eager",
+               "a pure Mamba2: every layer carries its state into the next sample"),
+}
 
 
 CROSS_SAMPLE = _model_case([[5, 17, 33], [2, 9], [40, 41, 42, 43]],
@@ -883,6 +1025,8 @@ LOGPROB_PINS = [
     Pin("with_grad_not_a_bool",
         _bad(([[1]], [[2]]), {"with_grad": 1}, TypeError, "with_grad is an int",
              ModelSpec("llama", "eager")), "with_grad must be a bool"),
+    *[Pin(name, _model_case(HYBRID_PROMPTS, HYBRID_RESPONSES, arch=arch, attn=attn), why)
+      for arch, (name, attn, why) in HYBRID_PINS.items()],
 ]
 
 RESPONSE_LOGPROBS = register(OpInfo(
@@ -895,6 +1039,7 @@ RESPONSE_LOGPROBS = register(OpInfo(
         Property("zero_off_response", prop_zero_off_response, prop_zero_off_response.__doc__),
         Property("samples_isolated", prop_samples_isolated, prop_samples_isolated.__doc__,
                  metamorphic=True),
+        Property("gradients", prop_gradients, prop_gradients.__doc__, metamorphic=True),
     ],
     pins=LOGPROB_PINS,
     forms={"lists": lambda c: c, "jagged": _jagged_form,

@@ -289,6 +289,18 @@ def logprobs_with_forward(forward: Callable) -> Callable:
     return _swapped(_logprobs, _forward_position_ids=forward)
 
 
+def _no_layers(model) -> list[str]:
+    return []
+
+
+def _detached_normaliser(logits: torch.Tensor, targets: torch.Tensor, chunk_size: int):
+    """log_softmax written as `logits - logsumexp(logits).detach()`: the same values, but the
+    gradient loses the softmax term (only the target's logit is pushed up)."""
+    scores = logits.float()
+    normaliser = torch.logsumexp(scores, dim=-1, keepdim=True).detach()
+    return (scores - normaliser).gather(-1, targets[:, None]).squeeze(-1)
+
+
 def _logprobs_rows_of_kept_samples(model, prompts, responses, **kwargs):
     """Samples without a response skipped, and the scored rows stacked from the top: every row
     after a skipped sample holds the next sample's logprobs."""
@@ -513,6 +525,39 @@ ENTRIES = [
             "next one",
         killers=("equivalence", "pin:single_token_prompts"),
         replacement=logprobs_with_forward(_forward_at_target),
+    ),
+    ZooEntry(
+        name="varlen.recurrent_state_across_samples",
+        op="varlen", function="response_logprobs",
+        bug="a hybrid or recurrent model packed like an attention model: its recurrent kernels "
+            "(Mamba2 scans, gated delta nets) and short convolutions run over the packed row "
+            "with no boundaries, so each sample starts from the previous sample's state",
+        reference="transformers' PyTorch paths ignore cu_seq_lens / seq_idx (Qwen3-Next, "
+                  "Qwen3.5, Bamba, Nemotron-H, Mamba2, LFM2); slime #1686, NeMo Automodel "
+                  "#2131/#2147, flash-linear-attention #1184",
+        killers=("pin:gated_delta_net_boundaries", "pin:qwen3_5_gated_delta_net_boundaries",
+                 "pin:bamba_mamba_boundaries", "pin:nemotron_h_mamba_boundaries",
+                 "pin:mamba2_boundaries", "pin:short_conv_boundaries"),
+        replacement=_swapped(_logprobs, _recurrent_layers=_no_layers,
+                             _convolution_layers=_no_layers),
+    ),
+    ZooEntry(
+        name="varlen.short_conv_across_samples",
+        op="varlen", function="response_logprobs",
+        bug="short convolutions not counted as state: a model whose only layers that carry "
+            "state are convolutions (LFM2) is packed, and its convolution, given no seq_idx, "
+            "reads the previous sample's last tokens",
+        reference="LFM2 in transformers 5.23 / 5.24 (docs/equivalence.md); lmms-engine #167",
+        killers=("pin:short_conv_boundaries",),
+        replacement=_swapped(_logprobs, _convolution_layers=_no_layers),
+    ),
+    ZooEntry(
+        name="varlen.logprobs_detached_normaliser",
+        op="varlen", function="response_logprobs",
+        bug="log-softmax as logits - logsumexp(logits).detach(): the values are right, the "
+            "gradients are not (the normaliser's share is dropped)",
+        killers=("property:gradients",),
+        replacement=_swapped(_logprobs, _token_logprobs=_detached_normaliser),
     ),
     ZooEntry(
         name="varlen.logprobs_empty_prompt_reads_previous_logit",
