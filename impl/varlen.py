@@ -41,6 +41,7 @@ from batchproof.reference.varlen import (  # the contract's argument checks, sha
     _check_logprob_options,
     _check_model,
     _check_positive_int,
+    _check_start,
     _output_device,
 )
 
@@ -171,22 +172,24 @@ def _check_token_dtype(dtype: torch.dtype, name: str) -> None:
 
 
 def pack_varlen(
-    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
+    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None
 ) -> TensorDict:
-    """Concatenate every sample's prompt + response into one row (see the module docstring)."""
+    """Concatenate every sample's prompt + response into one row (see the module docstring);
+    positions count from `position_ids_start` in every sample and in the tail pad."""
     check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
+    _check_start(position_ids_start)
     device = _output_device(device, prompts, responses)
     written = _write_lists(prompts, responses, pad_to_multiple, pad_token_id, device)
     if written is not None:  # CPU fast path: the tokens are already in place
         samples, input_ids = written
-        return _pack(samples, pad_to_multiple, pad_token_id, input_ids)
+        return _pack(samples, pad_to_multiple, pad_token_id, input_ids, position_ids_start)
     samples = _samples(prompts, responses, device)
-    return _pack(samples, pad_to_multiple, pad_token_id)
+    return _pack(samples, pad_to_multiple, pad_token_id, position_ids_start=position_ids_start)
 
 
 def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
-          input_ids: torch.Tensor | None = None) -> TensorDict:
+          input_ids: torch.Tensor | None = None, position_ids_start: int = 0) -> TensorDict:
     device = samples.prompt_lengths.device
     host_lengths = samples.host_prompt_lengths + samples.host_response_lengths
     real = int(host_lengths.sum())
@@ -215,6 +218,8 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
         with_tail = torch.cat([lengths, lengths.new_full((1,), pad)])  # the pad: own segment
         positions = _ramps(with_tail, -_exclusive_cumsum(with_tail), total)
         predict_index, sample_index = target_index - 1, _owners(r_len, n_responses)
+    if position_ids_start:  # every segment (the tail pad's too) counts from it
+        positions = positions + position_ids_start
     out = TensorDict(
         {
             "input_ids": input_ids.reshape(1, total),
@@ -339,6 +344,79 @@ def _cu_seqlens(lengths: torch.Tensor, nonempty: int, total: int, pad: int) -> t
     tail = torch.full((1 if pad > 0 else 0,), total, dtype=ends.dtype, device=device)
     zero = torch.zeros(1, dtype=ends.dtype, device=device)
     return torch.cat([zero, ends, tail]).to(torch.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# packed_segments
+# --------------------------------------------------------------------------------------------
+
+
+def packed_segments(position_ids, *, position_ids_start=0) -> TensorDict:
+    """The segments of every row of `position_ids` (B, L), or of the text axis (the first plane)
+    of (3, B, L) / (4, B, L) mRoPE positions: a segment starts at each row's first column and
+    wherever the text position equals `position_ids_start`. `cu_seqlens` (int32, over the
+    flattened rows), `seq_idx` (int32 (B, L), counted from 0 per row), `max_seqlen` (int).
+
+        text  0 1 2 0 0 1      starts  1 0 0 1 1 0      seq_idx  0 0 0 1 2 2
+              0 1 0 1 2 3              1 0 1 0 0 0               0 0 1 1 1 1
+        flat starts 0 3 4 6 8 -> cu_seqlens 0 3 4 6 8 12; each token's place in its segment
+        (index - the last start before it) + 1, at most 4 -> max_seqlen 4
+    """
+    text, name, mrope = _text_axis(position_ids, position_ids_start)
+    batch, width = text.shape
+    device = text.device
+    starts = text == position_ids_start
+    # the contract's verdict: column 0 at the start; after it, a restart or the rule of the axis
+    bad = ~starts.clone()
+    if width > 1:
+        previous, current = text[:, :-1], text[:, 1:]
+        steps = current >= previous if mrope else current == previous + 1
+        bad[:, 1:] = ~(starts[:, 1:] | steps)
+    flat_starts = starts.reshape(-1)
+    # a token's place in its segment: its index minus the index of the last start at or before it
+    index = torch.arange(flat_starts.shape[0], device=device)
+    last_start = torch.cummax(torch.where(flat_starts, index, 0), 0).values
+    longest = (index - last_start + 1).max() if index.numel() else index.new_zeros(())
+    failed, count, max_seqlen = host_read(torch.stack(
+        [bad.any().long(), flat_starts.sum(), longest.long()]))
+    if failed:
+        with documented():  # the error path: the first bad row and column, as the reference
+            b, j = (int(i) for i in bad.nonzero()[0])
+            value = int(text[b, j])
+            if j == 0:
+                raise ValueError(f"{name}[{b}] starts at {value}, not at "
+                                 f"position_ids_start={position_ids_start}: a row begins a "
+                                 "segment")
+            rule = "never decreases within a segment" if mrope else "counts up by 1 within a segment"
+            raise ValueError(f"{name}[{b}] holds {value} after {int(text[b, j - 1])} at column "
+                             f"{j}: a packed row restarts at position_ids_start="
+                             f"{position_ids_start} or {rule}")
+    # the starts (0 first: every row starts a segment), then B * L; [0] when there is no token
+    boundaries = torch.nonzero_static(flat_starts, size=count).flatten().to(torch.int32)
+    end = torch.full((1,), batch * width if count else 0, dtype=torch.int32, device=device)
+    seq_idx = torch.cumsum(starts, 1, dtype=torch.int32) - 1  # per row, from 0
+    out = TensorDict({"cu_seqlens": torch.cat([boundaries, end]), "seq_idx": seq_idx},
+                     batch_size=[], device=device)
+    out.set_non_tensor("max_seqlen", max_seqlen)
+    return out
+
+
+def _text_axis(position_ids, start) -> tuple[torch.Tensor, str, bool]:
+    """(the (B, L) text positions, their name in messages, whether they are mRoPE's), after the
+    reference's argument checks in its order."""
+    if not isinstance(position_ids, torch.Tensor):
+        raise TypeError(f"position_ids must be a tensor, got {type(position_ids).__name__}")
+    dtype = position_ids.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"position_ids must hold integers, got {dtype}")
+    _check_start(start)
+    shape = tuple(position_ids.shape)
+    if len(shape) == 2:
+        return position_ids, "position_ids", False
+    if len(shape) == 3 and shape[0] in (3, 4):
+        return position_ids[0], "position_ids[0]", True
+    raise ValueError(f"position_ids must be (B, L), or (3, B, L) / (4, B, L) mRoPE positions, "
+                     f"got shape {shape}")
 
 
 # --------------------------------------------------------------------------------------------

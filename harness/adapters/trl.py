@@ -123,13 +123,16 @@ def _is_list_row(row: Any) -> bool:
 
 def pack_domain(case: Case) -> bool:
     """What the collator's input can express: one token list per sample (a dataset row), as
-    many prompts as responses, no device. Other defects of the contract (counts that differ,
-    tensor or str rows) concern the split into two arguments, which TRL's examples do not have."""
+    many prompts as responses, no device, positions from 0 (it has no `position_ids_start`).
+    Other defects of the contract (counts that differ, tensor or str rows) concern the split
+    into two arguments, which TRL's examples do not have."""
     prompts, responses = _rows(case)
+    start = case.kwargs.get("position_ids_start", 0)
     return (isinstance(prompts, list) and isinstance(responses, list)
             and len(prompts) == len(responses)
             and all(_is_list_row(r) for r in prompts + responses)
-            and case.kwargs.get("device") is None)
+            and case.kwargs.get("device") is None
+            and type(start) is int and start == 0)
 
 
 def _pad_length(case: Case) -> int:

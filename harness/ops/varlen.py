@@ -145,13 +145,16 @@ def pack_cases(draw) -> Case:
     pad_token_id = draw(st.sampled_from([1, 49, 0, None]))  # non-zero first, as above
     if pad_token_id is not None:
         kwargs["pad_token_id"] = pad_token_id
+    start = draw(st.sampled_from([None, 2, 1]))  # RoBERTa-like models count from 2
+    if start is not None:
+        kwargs["position_ids_start"] = start
     return Case((prompts, responses), kwargs)
 
 
 PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_zero", "count",
                 "empty",
                 "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row",
-                "token_range", "not_a_sequence"]
+                "token_range", "not_a_sequence", "start_type", "start_negative"]
 
 
 @st.composite
@@ -172,6 +175,13 @@ def bad_pack_cases(draw) -> BadCase:
     if kind == "multiple_zero":
         value = draw(st.sampled_from([0, -1]))
         return _bad((prompts, responses), {"pad_to_multiple": value}, ValueError, "multiple < 1")
+    if kind == "start_type":
+        value = draw(st.sampled_from([2.0, "2", True]))
+        return _bad((prompts, responses), {"position_ids_start": value}, TypeError,
+                    "position_ids_start type")
+    if kind == "start_negative":
+        return _bad((prompts, responses), {"position_ids_start": -1}, ValueError,
+                    "position_ids_start < 0")
     if kind == "count":
         return _bad((prompts + [[1]], responses), {}, ValueError, "counts differ")
     if kind == "empty":
@@ -302,13 +312,33 @@ def prop_cu_seqlens(case: Case, td) -> None:
 
 
 def prop_segments_never_cross(case: Case, td) -> None:
-    """Inside each cu_seqlens segment position_ids run 0, 1, 2, ...; they restart exactly at the
-    boundaries, so attention that splits at restarting positions sees the same segments."""
+    """Inside each cu_seqlens segment position_ids run s, s + 1, s + 2, ... (s =
+    position_ids_start, 0 by default); they restart exactly at the boundaries, so attention that
+    splits at restarting positions sees the same segments."""
+    start = case.kwargs.get("position_ids_start", 0)
     pos = td["position_ids"][0].tolist()
     cu = td["cu_seqlens"].tolist()
     for a, b in zip(cu, cu[1:]):
-        _assert(pos[a:b] == list(range(b - a)),
-                f"position_ids[{a}:{b}] = {pos[a:b]} is not 0..{b - a - 1}")
+        _assert(pos[a:b] == list(range(start, start + b - a)),
+                f"position_ids[{a}:{b}] = {pos[a:b]} is not {start}..{start + b - a - 1}")
+
+
+def prop_segments_are_cu_seqlens(case: Case, td) -> None:
+    """The boundary contract: `packed_segments` (the oracle's) reads back from the row's
+    position_ids exactly its cu_seqlens and max_seqlen — what every consumer that finds the
+    samples from the positions (flash-attention's kwargs, a mask, a Mamba seq_idx) sees."""
+    start = case.kwargs.get("position_ids_start", 0)
+    try:
+        seen = _reference.packed_segments(td["position_ids"].cpu(), position_ids_start=start)
+    except ValueError as err:
+        raise AssertionError(f"position_ids {td['position_ids'][0].tolist()} are not a packed "
+                             f"row: {err}") from None
+    got, want = seen["cu_seqlens"].tolist(), td["cu_seqlens"].tolist()
+    _assert(got == want, f"the segments of position_ids {td['position_ids'][0].tolist()} are "
+            f"cu_seqlens {got}, but the row says {want}")
+    _assert(seen.get_non_tensor("max_seqlen") == td.get_non_tensor("max_seqlen"),
+            f"the longest segment of position_ids is {seen.get_non_tensor('max_seqlen')}, but "
+            f"max_seqlen is {td.get_non_tensor('max_seqlen')}")
 
 
 PACK_PINS = [
@@ -363,6 +393,15 @@ PACK_PINS = [
     ]],
     Pin("output_device_given", Case(([[1, 2]], [[3]]), {"device": "cpu"}),
         "an explicit device places the outputs there"),
+    Pin("positions_start_at_two",
+        Case(([[5, 6], [7]], [[8], [9, 10]]), {"position_ids_start": 2, "pad_to_multiple": 8}),
+        "RoBERTa-like models number positions from padding_idx + 1 = 2: every sample and the "
+        "tail pad count from position_ids_start (transformers #47496 / #47525: "
+        "DataCollatorWithFlattening wrote 0-based positions for them)",
+        lambda case, td: _assert(td["position_ids"][0].tolist() == [2, 3, 4, 2, 3, 4, 2, 3]
+                                 and td["cu_seqlens"].tolist() == [0, 3, 6, 8],
+                                 f"position_ids {td['position_ids'][0].tolist()}, cu_seqlens "
+                                 f"{td['cu_seqlens'].tolist()}")),
 ]
 
 PACK_EXAMPLE = Case(([[11, 12, 13], [], [21]], [[14, 15], [], [22]]), {"pad_to_multiple": 4})
@@ -382,6 +421,8 @@ PACK_VARLEN = register(OpInfo(
         Property("cu_seqlens", prop_cu_seqlens, prop_cu_seqlens.__doc__),
         Property("segments_never_cross", prop_segments_never_cross,
                  prop_segments_never_cross.__doc__),
+        Property("segments_are_cu_seqlens", prop_segments_are_cu_seqlens,
+                 prop_segments_are_cu_seqlens.__doc__),
     ],
     pins=PACK_PINS,
     forms={"lists": lambda c: c, "tensors": _tensor_form, "jagged": _jagged_form,
@@ -393,6 +434,246 @@ PACK_VARLEN = register(OpInfo(
     example=PACK_EXAMPLE,
     targets=lambda case: {"samples": len(case.args[0])},
     doc="prompts + responses → one packed row: restarting position_ids, cu_seqlens, indices",
+))
+
+# --------------------------------------------------------------------------- packed_segments
+
+
+SEGMENT_LENGTHS = (1, 1, 2, 3, 4, 6)  # one-token samples as often as any other length
+
+
+@st.composite
+def text_row(draw, width: int, start: int, mrope: bool) -> list[int]:
+    """One packed row of `width` text positions: segments of drawn lengths (one-token ones
+    often), each counting up from `start` by 1, or for mRoPE's text axis by 0 (an image's
+    tokens share a temporal position; never at `start` itself), 1 or a jump of 2 or 3."""
+    row = []
+    while len(row) < width:
+        length = min(draw(st.sampled_from(SEGMENT_LENGTHS)), width - len(row))
+        position = start
+        row.append(position)
+        for _ in range(length - 1):
+            steps = [1, 2, 3] + ([0] if position > start else []) if mrope else [1]
+            position += draw(st.sampled_from(steps))
+            row.append(position)
+    return row
+
+
+@st.composite
+def segment_cases(draw) -> Case:
+    """A valid `packed_segments` call: a start (absent, 2 or 1), a layout — (B, L), mRoPE
+    (3, B, L), or transformers' text row + mRoPE (4, B, L) — then B rows of L text positions
+    (B = 0 and L = 0 included); the mRoPE planes other than the text axis hold anything (values
+    equal to the start too), since only the text axis decides."""
+    start = draw(st.sampled_from([None, 2, 1]))
+    first = start or 0
+    planes = draw(st.sampled_from([0, 3, 4]))  # 0: (B, L)
+    batch, width = draw(st.integers(0, 3)), draw(st.integers(0, 10))
+    rows = [draw(text_row(width, first, planes > 0)) for _ in range(batch)]
+    text = torch.tensor(rows, dtype=torch.int64).reshape(batch, width)
+    if planes:
+        others = torch.randint(0, 12, (planes - 1, batch, width), generator=draw(hs.generators()))
+        text = torch.cat([text[None], others])
+    return Case((text,), {} if start is None else {"position_ids_start": start})
+
+
+SEGMENT_DEFECTS = ["jump", "row_start", "mrope_decrease", "start_type", "start_negative",
+                   "float", "bool", "list", "dims"]
+
+
+@st.composite
+def bad_segment_cases(draw) -> BadCase:
+    """Invalid `packed_segments` calls, one defect each: positions no packer writes (a jump or a
+    decrease that is not a restart, a row that does not begin at the start), wrong argument
+    types, shapes that are neither (B, L) nor (3 | 4, B, L)."""
+    kind = draw(st.sampled_from(SEGMENT_DEFECTS))
+    good = draw(segment_cases())
+    (positions,), kwargs = good.args, dict(good.kwargs)
+    start = kwargs.get("position_ids_start", 0)
+    if kind in ("jump", "row_start", "mrope_decrease"):
+        mrope = kind == "mrope_decrease"
+        batch = draw(st.integers(1, 3))
+        rows = [draw(text_row(6, start, mrope)) for _ in range(batch)]
+        b = draw(st.integers(0, batch - 1))
+        rows[b] = {"jump": [start, start + 1, start + 2, start + 3, start + 1, start + 2],
+                   "row_start": [start + 1, start + 2, start, start + 1, start + 2, start + 3],
+                   "mrope_decrease": [start, start + 2, start + 2, start + 1, start, start]}[kind]
+        text = torch.tensor(rows, dtype=torch.int64)
+        if mrope:
+            text = torch.stack([text, text + 1, text])
+        return BadCase(Case((text,), kwargs), ValueError, f"{kind} in row {b}")
+    if kind == "start_type":
+        kwargs["position_ids_start"] = draw(st.sampled_from([2.0, "2", True]))
+        return BadCase(Case((positions,), kwargs), TypeError, "position_ids_start type")
+    if kind == "start_negative":
+        kwargs["position_ids_start"] = -1
+        return BadCase(Case((positions,), kwargs), ValueError, "position_ids_start < 0")
+    if kind == "float":
+        return BadCase(Case((positions.float(),), kwargs), TypeError, "float positions")
+    if kind == "bool":
+        return BadCase(Case((positions != 0,), kwargs), TypeError, "bool positions")
+    if kind == "list":
+        return BadCase(Case((positions.tolist(),), kwargs), TypeError, "a list")
+    shape = draw(st.sampled_from([(5,), (2, 1, 4), (3, 1, 1, 4), (5, 1, 3)]))
+    return BadCase(Case((torch.zeros(shape, dtype=torch.int64),), kwargs), ValueError,
+                   f"shape {shape}")
+
+
+def _text_of(positions: torch.Tensor) -> list[list[int]]:
+    return (positions if positions.dim() == 2 else positions[0]).tolist()
+
+
+def prop_segments(case: Case, td) -> None:
+    """cu_seqlens (int32) runs from 0 to B * L (just [0] without tokens), strictly increasing,
+    with a boundary exactly at every flat column whose text position is position_ids_start (each
+    row's first column among them: no segment spans two rows); seq_idx (int32, (B, L)) numbers
+    them from 0 in every row; max_seqlen is the longest segment, a Python int."""
+    (positions,), start = case.args, case.kwargs.get("position_ids_start", 0)
+    rows = _text_of(positions)
+    batch, width = positions.shape[-2], positions.shape[-1]
+    cu, seq_idx = td["cu_seqlens"], td["seq_idx"]
+    _assert(cu.dtype == torch.int32 and seq_idx.dtype == torch.int32,
+            f"cu_seqlens {cu.dtype}, seq_idx {seq_idx.dtype}: both must be int32")
+    _assert(tuple(seq_idx.shape) == (batch, width),
+            f"seq_idx has shape {tuple(seq_idx.shape)}, expected ({batch}, {width}): one entry "
+            f"per token of the text axis")
+    flat = [v for row in rows for v in row]
+    want = [i for i, v in enumerate(flat) if v == start] + ([len(flat)] if flat else [])
+    _assert(cu.tolist() == (want or [0]),
+            f"cu_seqlens {cu.tolist()} != {want or [0]}: a segment starts exactly where the text "
+            f"position is {start}")
+    numbers = [[sum(v == start for v in row[:j + 1]) - 1 for j in range(len(row))]
+               for row in rows]
+    _assert(seq_idx.tolist() == numbers, f"seq_idx {seq_idx.tolist()} != {numbers}")
+    lengths = [b - a for a, b in zip(want, want[1:])]
+    max_seqlen = td.get_non_tensor("max_seqlen")
+    _assert(type(max_seqlen) is int and max_seqlen == max(lengths, default=0),
+            f"max_seqlen {max_seqlen!r} != {max(lengths, default=0)} (a Python int)")
+
+
+def prop_text_axis_only(case: Case, td, candidate) -> None:
+    """Only the text axis decides: mRoPE's other planes replaced by anything (every value the
+    start, or reversed along the row) change nothing, and (B, L) positions given as three equal
+    mRoPE planes (text-only mRoPE) give the same segments."""
+    (positions,), kwargs = case.args, dict(case.kwargs)
+    start = kwargs.get("position_ids_start", 0)
+    if positions.dim() == 3:
+        variants = [torch.cat([positions[:1], torch.full_like(positions[1:], start)]),
+                    torch.cat([positions[:1], positions[1:].flip(-1)])]
+    else:
+        variants = [positions.expand(3, *positions.shape).clone()]
+    for variant in variants:
+        try:
+            assert_identical(td, candidate(variant, **kwargs))
+        except Mismatch as err:
+            raise Mismatch(f"position_ids of shape {tuple(variant.shape)} with the same text axis "
+                           f"give other segments: {err}") from None
+
+
+def _segment_form(convert):
+    return lambda case: case.replace(convert(case.args[0]))
+
+
+def _expect_segments(cu: list[int], seq_idx: list[list[int]] | None = None,
+                     max_seqlen: int | None = None):
+    def expect(case: Case, td) -> None:
+        _assert(td["cu_seqlens"].tolist() == cu, f"cu_seqlens {td['cu_seqlens'].tolist()} != {cu}")
+        if seq_idx is not None:
+            _assert(td["seq_idx"].tolist() == seq_idx,
+                    f"seq_idx {td['seq_idx'].tolist()} != {seq_idx}")
+        if max_seqlen is not None:
+            _assert(td.get_non_tensor("max_seqlen") == max_seqlen,
+                    f"max_seqlen {td.get_non_tensor('max_seqlen')} != {max_seqlen}")
+    return expect
+
+
+def _positions(rows) -> Case:
+    return Case((torch.tensor(rows, dtype=torch.int64),))
+
+
+MROPE_IMAGE = torch.tensor([[[0, 1, 2, 2, 2, 5, 0, 1]],      # text axis (temporal): an image at 2
+                            [[0, 1, 2, 2, 3, 5, 0, 1]],      # height
+                            [[0, 1, 2, 3, 2, 5, 0, 1]]])     # width
+
+SEGMENT_PINS = [
+    Pin("single_token_sample", _positions([[0, 1, 2, 0, 0, 1, 2]]),
+        "a one-token sample between two longer ones is its own segment: 0 after 0 is a restart "
+        "(ms-swift #9904: boundaries found only where the position decreases merged it into "
+        "the next sample)", _expect_segments([0, 3, 4, 7], [[0, 0, 0, 1, 2, 2, 2]], 3)),
+    Pin("consecutive_single_token_samples", _positions([[0, 0, 0]]),
+        "three one-token samples: three segments", _expect_segments([0, 1, 2, 3], [[0, 1, 2]], 1)),
+    Pin("single_token_samples_at_the_end", _positions([[0, 1, 0, 0]]),
+        "one-token samples that end the row stay one-token segments: positions cannot tell them "
+        "from a zero-padded tail, and coalescing them (VeOmni #845 / #918 do for their pad) "
+        "would let real samples attend to each other",
+        _expect_segments([0, 2, 3, 4], [[0, 0, 1, 2]], 2)),
+    Pin("zero_padded_tail", _positions([[0, 1, 2, 0, 1, 0, 0, 0]]),
+        "a tail padded with position 0 is read as one-token segments, as every reader of the "
+        "positions reads it (VeOmni #746: cu_seqlens grew with the pad); a packer writes its "
+        "tail pad as its own segment counting up (pack_varlen's property "
+        "segments_are_cu_seqlens), which is then one segment",
+        _expect_segments([0, 3, 5, 6, 7, 8])),
+    Pin("counted_tail_is_one_segment", _positions([[0, 1, 2, 0, 1, 0, 1, 2]]),
+        "the tail pad pack_varlen writes (0, 1, 2, ...) is one segment, never many",
+        _expect_segments([0, 3, 5, 8], [[0, 0, 0, 1, 1, 2, 2, 2]], 3)),
+    Pin("restart_at_position_ids_start",
+        Case((torch.tensor([[2, 3, 4, 2, 3]]),), {"position_ids_start": 2}),
+        "RoBERTa-like positions count from 2: segments restart at position_ids_start, not at 0 "
+        "(transformers #47496 / #47525)", _expect_segments([0, 3, 5], [[0, 0, 0, 1, 1]], 3)),
+    Pin("mrope_text_axis", Case((MROPE_IMAGE,)),
+        "(3, B, L) mRoPE positions: only the text axis decides (an image's plateau and the jump "
+        "after it stay in the sample), and the first axis is never a batch axis (verl #7137, "
+        "ms-swift #8468, transformers #44911: cu_seqlens over 3x the tokens)",
+        _expect_segments([0, 6, 8], [[0, 0, 0, 0, 0, 0, 1, 1]], 6)),
+    Pin("mrope_two_rows", Case((torch.stack([torch.tensor([[0, 1, 0], [0, 0, 1]])] * 3),)),
+        "(3, 2, L): two rows, each starting a segment", _expect_segments([0, 2, 3, 4, 6])),
+    Pin("text_row_and_mrope", Case((torch.cat([torch.tensor([[[0, 1, 2, 3, 4, 5, 0, 1]]]),
+                                               MROPE_IMAGE]),)),
+        "(4, B, L): transformers' text row first, then the three mRoPE planes",
+        _expect_segments([0, 6, 8])),
+    Pin("rows_never_share_a_segment", _positions([[0, 1, 2], [0, 1, 0]]),
+        "each row starts a segment; cu_seqlens runs over the flattened rows",
+        _expect_segments([0, 3, 5, 6], [[0, 0, 0], [0, 0, 1]], 3)),
+    Pin("no_tokens", Case((torch.zeros((2, 0), dtype=torch.int64),)),
+        "rows of no tokens: no segment, cu_seqlens [0], max_seqlen 0",
+        _expect_segments([0], [[], []], 0)),
+    Pin("jump_without_restart",
+        BadCase(_positions([[0, 1, 2, 3, 1, 2]]), ValueError, "1 after 3 is not a restart"),
+        "no packer writes it, and the readers disagree: transformers' flash-attention kwargs "
+        "see one segment (the minimum position only at column 0), its mask two (a step other "
+        "than +1)"),
+    Pin("row_not_at_start", BadCase(_positions([[1, 2, 3]]), ValueError, "row starts at 1"),
+        "a row that does not begin at position_ids_start (a slice from inside a sample) has no "
+        "segments the positions can tell"),
+    Pin("mrope_decrease",
+        BadCase(Case((torch.stack([torch.tensor([[0, 2, 1]])] * 3),)), ValueError,
+                "the text axis decreases without restarting"),
+        "mRoPE's text axis may stay or jump within a sample, never go back"),
+    Pin("one_dimensional", BadCase(_positions([0, 1, 0]), ValueError, "1-D"),
+        "(L,) positions are not (B, L): the batch axis is not guessed"),
+    Pin("position_ids_list", BadCase(Case(([[0, 1]],)), TypeError, "a list"),
+        "positions are a tensor"),
+]
+
+PACKED_SEGMENTS = register(OpInfo(
+    op="varlen",
+    function="packed_segments",
+    valid=segment_cases(),
+    invalid=bad_segment_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("segments", prop_segments, prop_segments.__doc__),
+        Property("text_axis_only", prop_text_axis_only, prop_text_axis_only.__doc__,
+                 metamorphic=True),
+    ],
+    pins=SEGMENT_PINS,
+    forms={"int64": lambda c: c,
+           "int32": _segment_form(lambda t: t.to(torch.int32)),
+           "strided view": _segment_form(lambda t: torch.stack([t, t], -1)[..., 1])},
+    devices=("cpu", "cuda"),
+    to_device=_tensors_on,
+    example=SEGMENT_PINS[0].case,
+    doc="position_ids (B, L) or mRoPE (3 | 4, B, L) → the segments of each packed row",
 ))
 
 # --------------------------------------------------------------------------- unpack
