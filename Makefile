@@ -4,13 +4,15 @@
 #   make zoo         set up, then the bug zoo's kill matrix (`batchproof mutate --zoo`)
 #   make bench       set up, then `batchproof bench`
 #   make downstream  set up, then the downstream example against batchproof's built wheel
+#   make frameworks  set up, then the framework matrix: every release with an adapter, each in
+#                    its own venv (kept under ~/.cache/batchproof/frameworks), checked
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.batchproof-installed
 
-.PHONY: setup verify test zoo bench lint mutmut downstream clean
+.PHONY: setup verify test zoo bench lint mutmut downstream frameworks clean
 
 setup: $(STAMP)
 
@@ -36,13 +38,16 @@ bench: setup
 	$(BIN)/batchproof bench
 
 lint: setup
-	$(BIN)/ruff check harness reference impl tests benchmarks examples
+	$(BIN)/ruff check harness reference impl tests benchmarks examples .ci
 
 mutmut: setup
 	$(BIN)/batchproof mutate --mutmut
 
 downstream: setup
 	$(BIN)/python examples/downstream/run_ci.py
+
+frameworks: setup
+	$(BIN)/python .ci/frameworks.py
 
 clean:
 	rm -rf $(VENV) .hypothesis .pytest_cache mutants

@@ -37,10 +37,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASES = Path(__file__).resolve().parent / "frameworks.toml"
@@ -92,7 +93,7 @@ def releases() -> list[Release]:
 
 def user_commands(release: Release) -> str:
     """The release's install as a user types it in a fresh venv (docs/frameworks.md)."""
-    lines = [f"python3.11 -m venv venv && . venv/bin/activate", f"pip install {TORCH}",
+    lines = ["python3.11 -m venv venv && . venv/bin/activate", f"pip install {TORCH}",
              f"echo {TORCH} > constraints.txt",
              f"pip install -c constraints.txt 'batchproof[{EXTRAS}]'"]
     lines += [step.format(constraints="constraints.txt", downloads="wheels")
@@ -143,12 +144,11 @@ def sh(command: str, venv: Path, cwd: Path, outcome: Outcome,
                             text=True)
     outcome.output.append(f"$ {command}  (exit {result.returncode}, "
                           f"{time.perf_counter() - started:.0f} s)")
-    if result.returncode != 0:
-        outcome.output.append((result.stdout + result.stderr)[-6000:])
     return result
 
 
-def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> Path | None:
+def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome,
+                torch_index: str | None = None) -> Path | None:
     venv = root / release.name
     stamp = stamp_of(release, wheel)
     stamp_file = venv / ".batchproof-matrix-stamp"
@@ -160,7 +160,8 @@ def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> 
     constraints = venv / "constraints.txt"
     downloads = venv / "downloads"
     steps = [f"{shlex.quote(sys.executable)} -m venv {shlex.quote(str(venv))}",
-             "python -m pip install -q --upgrade pip", f"pip install -q {TORCH}",
+             "python -m pip install -q --upgrade pip",
+             f"pip install -q {TORCH}" + (f" --index-url {torch_index}" if torch_index else ""),
              f"echo {TORCH} > {shlex.quote(str(constraints))}",
              f"pip install -q -c {shlex.quote(str(constraints))} "
              f"{shlex.quote(f'batchproof[{EXTRAS}] @ {wheel.as_uri()}')}"]
@@ -168,7 +169,9 @@ def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> 
                           downloads=shlex.quote(str(downloads))).replace(
                               "pip install ", "pip install -q ", 1) for step in release.install]
     for step in steps:
-        if sh(step, venv, root, outcome).returncode != 0:
+        result = sh(step, venv, root, outcome)
+        if result.returncode != 0:
+            outcome.output.append((result.stdout + result.stderr)[-6000:])
             outcome.venv = "failed"
             outcome.problems.append("the venv could not be built")
             return None
@@ -178,11 +181,11 @@ def ensure_venv(release: Release, root: Path, wheel: Path, outcome: Outcome) -> 
 
 
 def run_release(release: Release, root: Path, wheel: Path, max_examples: int,
-                reports: Path) -> Outcome:
+                reports: Path, torch_index: str | None = None) -> Outcome:
     outcome = Outcome(release.name)
     started = time.perf_counter()
     try:
-        venv = ensure_venv(release, root, wheel, outcome)
+        venv = ensure_venv(release, root, wheel, outcome, torch_index)
         if venv is not None:
             check_release(release, venv, wheel, max_examples, reports, outcome)
     finally:
@@ -195,7 +198,9 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
     constraints = venv / "constraints.txt"
     install = (f"pip install -q --no-deps --force-reinstall -c {shlex.quote(str(constraints))} "
                f"{shlex.quote(str(wheel))}")
-    if sh(install, venv, REPO, outcome).returncode != 0:
+    result = sh(install, venv, REPO, outcome)
+    if result.returncode != 0:
+        outcome.output.append((result.stdout + result.stderr)[-6000:])
         outcome.problems.append("batchproof's wheel could not be installed")
         return
     single = {"OMP_NUM_THREADS": "1", "CI": "true", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -228,7 +233,59 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
         what = {1: "a new divergence", 3: "batchproof failed (exit 3)"}.get(
             check.returncode, f"exit {check.returncode}")
         outcome.problems.append(f"check: {what}")
-        outcome.output.append((check.stdout + check.stderr)[-12000:])
+        outcome.output.append(_failures_of(check.stdout) + check.stderr[-3000:])
+
+
+PAGES = {"skyrl.rl_batch_0_4": "frameworks-skyrl04.md", "skyrl.rl_batch": "frameworks.md",
+         "skyrl.": "frameworks-skyrl-sft.md", "verl.": "frameworks.md",
+         "transformers.": "frameworks-transformers.md", "trl.": "frameworks-trl.md",
+         "openrlhf.": "frameworks-openrlhf.md"}
+
+
+def markdown_rows(releases_run: list[Release], reports: Path) -> str:
+    """The matrix table of docs/frameworks.md, one row per adapter, from the check reports."""
+    lines = ["| release | adapter: function → record | checks: pass / known / skipped / NOT "
+             "TESTED | examples run | known divergences: confirmed (not met, not reproduced, "
+             "too broad) | new | exit |", "|---|---|---|---|---|---|---|"]
+    for release in releases_run:
+        file = reports / f"check-{release.name}.json"
+        if not file.exists():
+            lines.append(f"| {release.name} | (no report) | | | | | |")
+            continue
+        data = json.loads(file.read_text())
+        for report in data["reports"]:
+            statuses = [o["status"] for o in report["outcomes"]]
+            counts = " / ".join(str(statuses.count(s)) for s in
+                                ("pass", "known", "skipped", "not tested"))
+            known = report["known"]
+            flags = [f"{sum(k['status'] == s for k in known)} {s}" for s in
+                     ("not met", "not reproduced") if any(k["status"] == s for k in known)]
+            broad = sum(bool(k["too_broad"] and k["diverged"]) for k in known)
+            flags += [f"{broad} too broad"] if broad else []
+            confirmed = sum(k["status"] == "confirmed" for k in known)
+            new = sum(s == "new" for s in statuses) + sum(
+                k["status"] == "diverged otherwise" for k in known)
+            page = next(v for k, v in PAGES.items() if report["adapter"].startswith(k))
+            function = report["target"].rpartition(":")[2]
+            lines.append(
+                f"| {release.name} | [`{report['adapter']}`]({page}): `{function}` → "
+                f"`{report['record']}` | {counts} | "
+                f"{sum(o['examples'] for o in report['outcomes'])} | {confirmed}"
+                f"{' (' + ', '.join(flags) + ')' if flags else ''} | {new} | "
+                f"{data['exit_status']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _failures_of(stdout: str) -> str:
+    """What a failing `batchproof check` printed about its failures: each new divergence's
+    or error's section and the summary line (the tables of passing checks left out)."""
+    lines = stdout.splitlines()
+    starts = [i for i, line in enumerate(lines)
+              if "new divergence:" in line or "error (batchproof's own)" in line
+              or "DIVERGED OTHERWISE" in line or "NEW: diverged" in line]
+    kept = [lines[i] for i in range(len(lines))
+            if any(0 <= i - s < 12 for s in starts)] + lines[-2:]
+    return "\n".join(kept)[-12000:] + "\n"
 
 
 def _pytest_summary(stdout: str) -> str:
@@ -251,6 +308,10 @@ def main() -> int:
                         help="examples per check (the ci profile, derandomized)")
     parser.add_argument("--json", type=Path, help="write the summary as JSON")
     parser.add_argument("--reports", type=Path, help="keep the check reports in this folder")
+    parser.add_argument("--torch-index-url", help="where pip finds torch==2.13.0 (default: "
+                        "pip's configuration; on these machines, a CPU wheel on local disk)")
+    parser.add_argument("--markdown", type=Path,
+                        help="write the matrix table (one row per adapter) as Markdown")
     parser.add_argument("--commands", action="store_true",
                         help="print each release's install as a user types it, and stop")
     args = parser.parse_args()
@@ -272,12 +333,14 @@ def main() -> int:
         print(f"framework matrix: {len(chosen)} releases, {args.jobs} at a time, venvs in "
               f"{args.venvs}, {wheel.name}", flush=True)
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = [pool.submit(run_release, r, args.venvs, wheel, args.max_examples, reports)
-                       for r in chosen]
+            futures = [pool.submit(run_release, r, args.venvs, wheel, args.max_examples,
+                                   reports, args.torch_index_url) for r in chosen]
             results = []
             for future in concurrent.futures.as_completed(futures):
                 results.append(future.result())
                 print(results[-1].line(), flush=True)
+        if args.markdown:
+            args.markdown.write_text(markdown_rows(chosen, reports))
     results.sort(key=lambda o: [r.name for r in chosen].index(o.release))
     failed = [o for o in results if not o.ok]
     for outcome in failed:

@@ -23,15 +23,15 @@ import time
 
 import pytest
 
-from batchproof.ops.nesting import (
+from batchproof.perf.workloads import (
     BENCH_BATCH,
     BENCH_MAX_PROMPT,
     BENCH_MAX_RESPONSE,
     REFERENCE_ROWS,
+    Workload,
     nesting_workload,
     verl_batch,
 )
-from batchproof.workloads import Workload
 
 BATCH, MAX_PROMPT, MAX_RESPONSE = BENCH_BATCH, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE
 

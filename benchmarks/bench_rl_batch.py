@@ -7,7 +7,7 @@ same variants as ratios to the floor.
 
 import pytest
 
-from batchproof.workloads import rl_batch_workload
+from batchproof.perf.workloads import rl_batch_workload
 
 WORKLOAD = rl_batch_workload()
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchproof.workloads import Workload, collate_sft_workload, pack_sft_workload
+from batchproof.perf.workloads import Workload, collate_sft_workload, pack_sft_workload
 
 WORKLOADS = {"collate_sft": collate_sft_workload, "pack_sft": pack_sft_workload}
 _BUILT: dict[str, Workload] = {}
@@ -49,7 +49,7 @@ def test_sft(benchmark, function, variant):
 
 def main(rounds: int = 7) -> None:
     """The ratio table, every variant timed in one process (as `harness bench` does)."""
-    from batchproof.bench import ratios, time_variants
+    from batchproof.perf.bench import ratios, time_variants
 
     torch.set_num_threads(1)
     for name in WORKLOADS:

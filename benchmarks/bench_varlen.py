@@ -21,8 +21,8 @@ from batchproof import blocks as hs
 from batchproof.compare import assert_logprobs_close
 from batchproof.impl import varlen as impl
 from batchproof.models import tiny_model
+from batchproof.perf.workloads import flatten_floor, rl_batch_inputs, write_floor
 from batchproof.reference import varlen as reference
-from batchproof.workloads import flatten_floor, rl_batch_inputs, write_floor
 
 # --------------------------------------------------------------------------- pack_varlen
 

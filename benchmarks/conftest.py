@@ -2,6 +2,6 @@
 glibc keeps freed memory, so outputs land on already-mapped pages and the floors are
 memory-bandwidth writes, comparable from run to run."""
 
-from batchproof.bench import keep_freed_memory
+from batchproof.perf.bench import keep_freed_memory
 
 keep_freed_memory()

@@ -15,7 +15,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from batchproof import bench, workloads
+from batchproof.perf import bench, workloads
 
 
 def _wall(fn) -> float:

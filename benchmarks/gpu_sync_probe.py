@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_sync_probe.py [--examples N] [--model] [RECORD ...]
 
-For each CUDA record (default: all but pipeline.rl_step), `batchproof.host_reads.survey` on
+For each CUDA record (default: all but pipeline.rl_step), `batchproof.perf.host_reads.survey` on
 CUDA: the record's `equivalence` and `errors` checks with each device-resident call under
 `torch.cuda.set_sync_debug_mode("warn")`, every synchronizing call outside `impl._sync`'s
 documented reads listed with its impl/ line. `--model`: the CPU model's survey of the same
@@ -16,7 +16,8 @@ import argparse
 
 import torch
 
-from batchproof import host_reads, registry
+from batchproof import registry
+from batchproof.perf import host_reads
 
 
 def _show(label: str, found: host_reads.Survey) -> None:

@@ -31,6 +31,7 @@ from batchproof.adapters.runner import (
 )
 from batchproof.adapters.scope import Scope
 from batchproof.report import check_blob
+from batchproof.statuses import Outcome
 
 CheckReport = AdapterReport
 """What `check` returns: `.outcomes` (one `CheckOutcome` per check: `.check`, `.status` —
@@ -50,8 +51,8 @@ class CheckFailed(AssertionError):
     @property
     def failed_checks(self) -> list[str]:
         """The checks that found a new divergence, ran no input, or could not be carried out."""
-        return [o.check for o in self.report.outcomes if o.status in ("new", "error",
-                                                                         "not tested", "not run")]
+        return [o.check for o in self.report.outcomes if o.status in (
+            Outcome.NEW, Outcome.ERROR, Outcome.NOT_TESTED, Outcome.NOT_RUN)]
 
 
 def check(

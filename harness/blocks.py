@@ -16,6 +16,7 @@ needs randomness it draws a seed and builds a `torch.Generator` from it (`genera
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -170,3 +171,66 @@ def jagged(rows: list[list], dtype: torch.dtype, device: str | torch.device = "c
     return torch.nested.nested_tensor_from_jagged(
         flat.to(device), offsets=offsets.to(device),
         lengths=row_lengths.to(device) if holes else None)
+
+
+# --------------------------------------------------------------------------- several defects
+
+
+@st.composite
+def two_defects(draw, bad, valid, reference) -> Any:
+    """An invalid call with two independent defects, on two different arguments of one valid
+    call, and the exception the reference raises for it: its first check decides (the
+    precedence an implementation must share). `bad(valid)` draws one-defect `BadCase`s built on
+    the calls `valid` draws (e.g. `bad_rl_batch_cases(valid=...)`); compositions where both
+    defects touch the same argument, or where the reference raises neither defect's type (one
+    defect hid the other), are not drawn."""
+    from hypothesis import assume
+
+    from batchproof.registry import BadCase, Case
+
+    base = draw(valid)
+    first, second = draw(bad(st.just(base))), draw(bad(st.just(base)))
+    merged = _merged(base, first.case, second.case)
+    assume(merged is not None)
+    try:
+        merged.call(reference)
+    except (first.raises, second.raises) as err:
+        return BadCase(merged, type(err), f"{first.why}, and {second.why}")
+    except Exception:  # noqa: BLE001 - another type: the defects interact, not drawn
+        pass
+    assume(False)
+    return Case()
+
+
+def _merged(base, one, two):
+    """`base` with the arguments `one` changed and those `two` changed (by identity); None when
+    both change the same one, or change the number of positional arguments."""
+    from batchproof.registry import Case
+
+    if not len(base.args) == len(one.args) == len(two.args):
+        return None
+    args = []
+    for b, x, y in zip(base.args, one.args, two.args):
+        if x is not b and y is not b:
+            return None
+        args.append(x if x is not b else y)
+    kwargs = dict(base.kwargs)
+    changed = set()
+    for case in (one, two):
+        keys = {k for k in set(case.kwargs) | set(base.kwargs)
+                if k not in case.kwargs or k not in base.kwargs or case.kwargs[k] is not base.kwargs[k]}
+        if keys & changed:
+            return None
+        changed |= keys
+        for key in keys:
+            if key in case.kwargs:
+                kwargs[key] = case.kwargs[key]
+            else:
+                kwargs.pop(key, None)
+    if not changed and args == list(base.args):
+        return None
+    touched = sum(x is not b for b, x in zip(base.args, one.args)) + \
+        sum(y is not b for b, y in zip(base.args, two.args))
+    if touched + len(changed) < 2:
+        return None
+    return Case(tuple(args), kwargs, base.label)

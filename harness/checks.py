@@ -413,6 +413,14 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
                 if notes is not None:
                     notes.append(f"property {prop.name} not checked on this pin: it calls the "
                                  "function outside the scope")
+            except HarnessError:
+                raise
+            except AssertionError as err:
+                raise Mismatch(f"pin {name!r} failed ({pin.why}): property {prop.name}:\n"
+                               f"{err}") from None
+            except Exception as err:
+                err.add_note(f"raised while checking the property {prop.name} on pin {name!r}")
+                raise
         if pin.expect is not None:
             pin.expect(pin.case, output)
     except HarnessError:
@@ -457,6 +465,8 @@ def _call_on(info: OpInfo, case: Case, candidate: Candidate, device: str) -> Any
 def _raised(case: Case, fn: Callable[..., Any]) -> BaseException | None:
     try:
         case.call(fn)
+    except HarnessError:  # batchproof's own failure (an adapter's wrapper): not a result
+        raise
     except Exception as exc:  # noqa: BLE001 - the exception is the result
         return exc
     return None
@@ -496,6 +506,11 @@ def _snapshot(case: Case) -> Any:
 
 
 def _clone(value: Any) -> Any:
+    if isinstance(value, TensorDictBase) and value.device is not None:
+        # tensordict's clone() of a TensorDict with a device loses the sign of zero (-0.0
+        # comes back +0.0, tensordict 0.15.3): a snapshot would see a mutation that is not
+        # there, or miss one that flips a sign; clone each tensor instead
+        return value.apply(torch.clone)
     if isinstance(value, (torch.Tensor, TensorDictBase)):
         return value.clone()
     if isinstance(value, (list, tuple)):

@@ -141,6 +141,28 @@ def op_files(ops: Sequence[str] | None, root: Path = REPO) -> list[str]:
                   for p in (root / IMPL).glob(pattern) if p.name != "__init__.py")
 
 
+# harness modules mutmut can mutate (`--harness NAME`), each with the tests that kill its
+# mutants: a comparator, a predicate mechanism or a strategy that is made more lenient passes
+# every check of impl/, so only tests of the harness itself can tell
+HARNESS_KILLERS = {
+    "compare": ["tests/test_compare.py"],
+    "report": ["tests/test_adapter_predicates.py", "tests/test_scope.py", "tests/test_cli.py"],
+    "adapters/__init__": ["tests/test_adapter_predicates.py", "tests/test_scope.py"],
+    "adapters/scope": ["tests/test_scope.py"],
+    "regimes": ["tests/test_regimes.py"],
+    "blocks": ["tests/test_regimes.py", "tests/test_rl_batch.py"],
+}
+
+
+def harness_files(names: Sequence[str]) -> list[str]:
+    """`harness/<name>.py` for each name of `HARNESS_KILLERS`."""
+    unknown = [n for n in names if n not in HARNESS_KILLERS]
+    if unknown:
+        raise ValueError(f"no harness module {unknown[0]!r} to mutate; known: "
+                         f"{sorted(HARNESS_KILLERS)}")
+    return [f"harness/{name}.py" for name in names]
+
+
 def mangled(function: str, cls: str | None = None) -> str:
     """mutmut's name of a function (`x_f`) or method (`xǁCǁf`)."""
     return f"x{CLASS_SEPARATOR}{cls}{CLASS_SEPARATOR}{function}" if cls else f"x_{function}"
@@ -225,8 +247,22 @@ def patterns_for(functions: dict[str, list[str]]) -> list[str]:
 # --------------------------------------------------------------------------- configuration
 
 
-def mutmut_config(paths: Sequence[str], ops: Sequence[str] | None) -> dict:
-    """The `[tool.mutmut]` table of a run (see docs/mutation.md)."""
+def mutmut_config(paths: Sequence[str], ops: Sequence[str] | None,
+                  harness: Sequence[str] = ()) -> dict:
+    """The `[tool.mutmut]` table of a run (see docs/mutation.md); with `harness` (names of
+    `HARNESS_KILLERS`), a run over those harness modules with their own tests as killers."""
+    if harness:
+        selection = list(dict.fromkeys(t for name in harness for t in HARNESS_KILLERS[name]))
+        return {
+            "source_paths": [f"{NAMESPACE['harness']}/"],
+            "only_mutate": [installed_path(p) for p in paths],
+            "also_copy": [],
+            "pytest_add_cli_args": ["-p", "no:xdist", "-p", "no:cacheprovider",
+                                    "-p", "no:benchmark", "--hypothesis-profile=mutation"],
+            "pytest_add_cli_args_test_selection": selection,
+            "use_git_change_detection": False,
+            "track_dependencies": False,
+        }
     op_tests = [f"tests/test_{Path(p).stem}.py" for p in paths]  # an op's own tests kill too
     selection = [t for t in (*TEST_FILES, *op_tests) if (REPO / t).is_file()]
     if ops:
@@ -429,7 +465,8 @@ def verdict(report: Report, min_mutants: int, since: str | None) -> int:
 
 def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants: int = 20,
          max_children: int = MAX_CHILDREN, json_path: str | None = None,
-         keep: bool = False, markdown_path: str | None = None) -> int:
+         keep: bool = False, markdown_path: str | None = None,
+         harness: Sequence[str] = ()) -> int:
     """Run mutmut over `impl/<op>.py` for each op (default: all of `impl/`), restricted to the
     functions changed since `since` when given; print the score and the survivors."""
     if not (REPO / "tests").is_dir() or not (REPO / IMPL).is_dir():
@@ -437,7 +474,9 @@ def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants
               "(its tests/ kill the mutants of impl/); this batchproof is installed from a wheel. "
               "`batchproof mutate --zoo` works anywhere.", file=sys.stderr)
         return 3
-    paths = op_files(ops)
+    if harness and ops:
+        raise ValueError("--harness mutates harness modules: not with --op")
+    paths = harness_files(harness) if harness else op_files(ops)
     patterns: list[str] = []
     if since:
         changed = changed_functions(since, paths)
@@ -447,7 +486,7 @@ def main(ops: Sequence[str] | None = None, since: str | None = None, min_mutants
         paths, patterns = list(changed), patterns_for(changed)
         print("functions changed since", since + ":",
               ", ".join(f"{p}:{n}" for p, names in changed.items() for n in names))
-    workdir = prepare_workdir(mutmut_config(paths, ops))
+    workdir = prepare_workdir(mutmut_config(paths, ops, harness))
     _exit_on_sigterm()
     args = ["run", "--max-children", str(max_children), *patterns]
     report = Report(scope=paths, patterns=patterns,

@@ -5,7 +5,7 @@ memory) waits for the device to finish everything queued before it. An op of `im
 device-resident inputs reads the device only through `host_read`: the output widths its shapes
 need, and the validation verdicts it raises the reference's errors from, read together in one
 transfer where the op can. Anything else is a defect that `tests/test_host_reads.py` finds:
-on the CPU with `batchproof.host_reads`' model of CUDA's sync points, and on CUDA (its `gpu`
+on the CPU with `batchproof.perf.host_reads`' model of CUDA's sync points, and on CUDA (its `gpu`
 test) under `torch.cuda.set_sync_debug_mode("error")`.
 
     widths = host_read(torch.stack([lengths.max(), bad.sum()]))     # one read, a list of ints
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import torch
 
-READING = 0  # > 0 while a documented read runs (batchproof.host_reads counts it as documented)
+READING = 0  # > 0 while a documented read runs (batchproof.perf.host_reads counts it as documented)
 READS = 0  # documented reads so far (in this process)
 
 

@@ -248,11 +248,49 @@ def test_skyrl_reads_a_bytes_loss_mask_as_its_code_point(skyrl) -> None:
         Tokenizer(), [[1]], [[2]], [[0.5]], [[b"1"]], logprobs=[[b"2"]])
     assert out[4].tolist() == [[49.0]] and out[5].tolist() == [[50.0]]
     case = Case(([[1]], [[2]]), {"pad_token_id": 0, "loss_masks": [[b"1"]]})
-    assert has_unchecked_value(case)
+    adapter = adapters.get_adapter("skyrl.rl_batch")
+    assert has_unchecked_value(adapter.call_of(case))
     # a str after a number is torch's TypeError, the contract's type: not set aside
-    assert not has_unchecked_value(case.replace(loss_masks=[[1.0, "x"]]))
+    assert not has_unchecked_value(adapter.call_of(case.replace(loss_masks=[[1.0, "x"]])))
     with pytest.raises(TypeError, match=r"loss_masks\[0\]"):
         build_rl_batch([[1]], [[2]], pad_token_id=0, loss_masks=[[b"1"]])
+
+
+def _skyrl_pins(adapter, pins: list[str]):
+    return check_adapter(adapter, checks=[f"pin:{name}" for name in pins],
+                         replay_database=False, derandomize=True)
+
+
+def test_skyrl_takes_no_tensor_rows(skyrl) -> None:
+    """Why `skyrl.rl_batch`'s domain leaves out tensor prompt/response rows: 0.3.0 builds each
+    row by list concatenation, so even a valid int64 row tensor raises TypeError; the record's
+    pins holding tensor rows are skipped as outside the domain, not run."""
+    import torch
+
+    class Tokenizer:
+        pad_token_id = 0
+
+    with pytest.raises(TypeError, match="can only concatenate list"):
+        skyrl.convert_prompts_responses_to_batch_tensors(
+            Tokenizer(), [torch.tensor([1])], [[2]], [[0.0]], [[1]])
+    tensor_pins = ["tensor_row_2d", "tensor_row_float", "jagged_float_prompts",
+                   "jagged_3d_prompts"]
+    report = _skyrl_pins(adapters.get_adapter("skyrl.rl_batch"), tensor_pins)
+    assert {o.check: o.detail for o in report.outcomes} == {
+        f"pin:{name}": "input outside the adapter's domain" for name in tensor_pins}
+    assert exit_code([report]) == 0
+
+
+def test_skyrl_scalar_loss_mask_is_a_type_error(skyrl) -> None:
+    """`scalar_row_type_error`: `loss_masks=[1.0]` fails SkyRL's `len(row)` (TypeError) where
+    the contract raises ValueError; set aside on its pin, and a new divergence without it."""
+    adapter = adapters.get_adapter("skyrl.rl_batch")
+    (pin,) = _skyrl_pins(adapter, ["scalar_loss_mask"]).outcomes
+    assert pin.status == "known", pin
+    (new,) = _skyrl_pins(adapter.without("scalar_row_type_error"), ["scalar_loss_mask"]).new
+    assert "candidate raised TypeError: object of type 'float' has no len()" in new.detail, new
+    assert new.minimal.startswith("build_rl_batch([[1]], [[2]], pad_token_id=0, "
+                                  "loss_masks=[1.0])"), new.minimal
 
 
 @pytest.mark.parametrize("name", ["verl.karmarkar_karp", "verl.balanced_partitions",
@@ -271,6 +309,46 @@ def test_verl_without_k_divergence_fails_shrunk(verl) -> None:
     report = _run("verl.karmarkar_karp", ["errors"], without=("k_unchecked",))
     (errors,) = report.new
     assert errors.minimal.startswith("karmarkar_karp([0], 2) must raise ValueError"), errors
+
+
+def test_verl_without_values_tensor_divergence_fails_on_its_pins(verl) -> None:
+    """A 2-D (one column) or complex values tensor is accepted; the negative, NaN and bool
+    tensors are `values_unchecked`, as their lists are."""
+    pins = ["pin:values_tensor_2d", "pin:values_tensor_complex"]
+    report = _run("verl.karmarkar_karp", pins, without=("values_tensor_unchecked",))
+    assert {o.check for o in report.new} == set(pins), report.outcomes
+    assert all("the candidate accepted bad input" in o.detail for o in report.new)
+    others = ["pin:values_tensor_bool", "pin:values_tensor_negative_int",
+              "pin:values_tensor_nan_first", "pin:values_tensor_negative_float"]
+    report = _run("verl.karmarkar_karp", others)
+    assert set(_statuses(report).values()) == {"known"}, report.outcomes
+    (values,) = [k for k in report.known if k["name"] == "values_unchecked"]
+    assert values["confirmed"] == len(others), values
+
+
+def test_verl_micro_batches_composition_is_verls_own_algorithm(verl) -> None:
+    """`property:composition` is skipped as equivalence is: verl's micro-batches keep every
+    property of the contract, but their composition is a balanced partition of workloads."""
+    report = _run("verl.micro_batches", ["property:composition", "property:budget",
+                                         "property:cover", "property:count"])
+    statuses = _statuses(report)
+    assert statuses.pop("property:composition") == "skipped"
+    assert set(statuses.values()) == {"pass"}, report.outcomes
+    import verl.utils.seqlen_balancing as seqlen
+
+    batches = adapters.get_adapter("verl.micro_batches").wrap(seqlen.rearrange_micro_batches)(
+        [6, 2, 2, 5, 3, 2], 10)
+    assert sorted(map(sorted, batches)) == [[0, 1, 5], [2, 3, 4]]  # the contract: [1, 3, 4] ...
+
+
+def test_verl_position_ids_domain_is_the_valid_inputs(verl) -> None:
+    """verl's function is given the reference's attention mask: an invalid input never gets
+    that far, so its pins are outside the domain (not an AdapterError, not a divergence)."""
+    report = _run("verl.position_ids", ["pin:count_mismatch", "pin:prompts_not_a_sequence",
+                                        "pin:two_segment_width_inflation"])
+    statuses = _statuses(report)
+    assert statuses == {"pin:count_mismatch": "skipped", "pin:prompts_not_a_sequence": "skipped",
+                        "pin:two_segment_width_inflation": "pass"}, report.outcomes
 
 
 # --------------------------------------------------------------------------- verl padding utilities
@@ -324,6 +402,82 @@ def test_verl_without_truncation_divergence_fails_shrunk(verl_padding) -> None:
     (errors,) = report.new
     assert "accepted bad input (a response longer than R)" in errors.detail, errors.detail
     assert "more than R = 0" in errors.detail, errors.detail  # shrunk: R = 0, one response token
+
+
+UNREAD_FIELD_PINS = {
+    "pin:prompts_wider_than_attention", "pin:encoding_name_taken", "pin:nested_tensordict_field",
+    "pin:jagged_field", "pin:max_response_length_tensor", "pin:max_response_length_str",
+    "pin:max_response_length_negative", "pin:response_width_over_attention", "pin:prompts_1d"}
+KEYWORD_PINS = {"pin:strict_not_a_bool", "pin:rule_name_not_str", "pin:rule_not_a_pair",
+                "pin:rule_mask_not_str", "pin:rule_pad_not_a_number", "pin:ignore_dense_str",
+                "pin:ignore_dense_not_names"}
+
+
+def test_verl_without_unread_fields_divergence_fails_on_its_pins(verl_padding) -> None:
+    """Each pin whose defect is in a field verl never reads is accepted by verl: without
+    `unread_fields_unchecked` exactly those pins are new divergences."""
+    checks = sorted(UNREAD_FIELD_PINS | {"pin:attention_mask_1d", "pin:no_batch_dimension"})
+    report = _run("verl.left_right_2_no_padding", checks,
+                  without=("unread_fields_unchecked",))
+    assert {o.check for o in report.new} == UNREAD_FIELD_PINS, report.outcomes
+    assert all("the candidate accepted bad input" in o.detail for o in report.new)
+    statuses = _statuses(report)
+    assert statuses["pin:attention_mask_1d"] == statuses["pin:no_batch_dimension"] == "known"
+
+
+def test_verl_nest_domain_leaves_out_the_contracts_keywords_only(verl_padding) -> None:
+    """A bad value of a keyword verl does not have is outside the domain; the same keywords
+    with valid values are run."""
+    checks = sorted(KEYWORD_PINS | {"pin:loss_mask_alias_and_prompts_nested",
+                                    "pin:attention_mask_1d"})
+    report = _run("verl.left_right_2_no_padding", checks)
+    statuses = _statuses(report)
+    assert {statuses[p] for p in KEYWORD_PINS} == {"skipped"}, statuses
+    assert statuses["pin:loss_mask_alias_and_prompts_nested"] == "pass"  # strict=True
+    assert statuses["pin:attention_mask_1d"] == "known"  # attention_mask_1d_fails
+
+
+def test_verl_ragged_channels_not_claimed_where_the_layouts_coincide(verl_padding) -> None:
+    """n real tokens per row = C channels, each row's (C, n) block symmetric: verl's
+    channel-ragged layout holds the contract's values and offsets, so the divergence does not
+    apply (it was flagged too broad there)."""
+    import torch
+    from tensordict import TensorDict
+
+    from batchproof import registry
+    from batchproof.adapters.runner import observe
+
+    adapter = adapters.get_adapter("verl.left_right_2_no_padding")
+    positions = torch.tensor([[[9, 0, 1, 9], [9, 1, 2, 9]]])  # real block [[0, 1], [1, 2]]
+    td = TensorDict({"input_ids": torch.tensor([[0, 5, 6, 0]]),
+                     "attention_mask": torch.tensor([[0, 1, 1, 0]]),
+                     "position_ids": positions,
+                     "response_mask": torch.tensor([[1, 0]])}, batch_size=[1])
+    plain = dataclasses.replace(registry.get(adapter.record), pins=[])
+    case = Case((td,), {"pad_token_id": 0})
+    assert not adapter.matching(adapter.call_of(case))
+    assert observe(plain, case, adapter.candidate()).what == "agreed"
+    td.set("position_ids", torch.tensor([[[9, 0, 2, 9], [9, 1, 2, 9]]]))  # not symmetric
+    (known,) = adapter.matching(adapter.call_of(case))
+    assert known.name == "multi_axis_position_ids_ragged_on_channels"
+    assert observe(plain, case, adapter.candidate()).field == "position_ids"
+
+
+def test_verl_without_missing_mask_divergence_fails_on_its_pin(verl_padding) -> None:
+    report = _run("verl.no_padding_2_padding", ["pin:no_attention_mask"],
+                  without=("attention_mask_read_by_key",))
+    (pin,) = report.new
+    assert "candidate raised KeyError" in pin.detail and "attention_mask" in pin.detail, pin
+
+
+def test_verl_without_strided_output_divergence_fails_shrunk(verl_padding) -> None:
+    report = check_adapter(adapters.get_adapter("verl.no_padding_2_padding")
+                           .without("strided_output_unchecked"),
+                           checks=["errors"], max_examples=40, report_multiple_bugs=False,
+                           replay_database=False, derandomize=True)
+    (errors,) = report.new
+    assert "accepted bad input (a strided nested output)" in errors.detail, errors.detail
+    assert "nested_tensor([" in errors.minimal, errors.minimal
 
 
 # --------------------------------------------------------------------------- adapters from outside

@@ -103,7 +103,8 @@ def test_unpad_without_empty_row_divergence_fails_shrunk(ring) -> None:
     # cu_seqlens (output [2]) of one empty row: the contract's [0, 0], OpenRLHF's segments [0]
     assert equivalence.detail.startswith("Mismatch: [2]: shape differs: expected (2,), got (1,)"
                                          ), equivalence.detail
-    assert equivalence.minimal.startswith("unpad(tensor([], size=(1, 0))"), equivalence.minimal
+    # shrunk to one empty row (x's dtype is whatever the strategy shrinks to)
+    assert equivalence.minimal.startswith("unpad(tensor([], size=(1, 0)"), equivalence.minimal
 
 
 def test_repad_without_feature_dims_divergence_fails_shrunk(ring) -> None:
@@ -118,6 +119,39 @@ def test_unpad_without_mask_value_divergence_fails_shrunk(ring) -> None:
     report = _run(UNPAD, ["errors"], without=("mask_values_unchecked",))
     (errors,) = report.new
     assert "accepted bad input (mask value 2)" in errors.detail, errors.detail
+
+
+def test_unpad_without_mask_type_divergence_fails_on_the_list_mask(ring) -> None:
+    report = _run(UNPAD, ["errors", "pin:attention_mask_list"], without=("mask_type_unchecked",))
+    assert {o.check for o in report.new} == {"errors", "pin:attention_mask_list"}, report.new
+    for outcome in report.new:
+        assert "(attention_mask is a list)" in outcome.detail, outcome.detail
+        assert "candidate raised AttributeError: 'list' object has no attribute 'sum'" \
+            in outcome.detail, outcome.detail
+
+
+def test_unpad_without_devices_divergence_fails_on_the_meta_pin(ring) -> None:
+    report = _run(UNPAD, ["pin:devices_differ"], without=("devices_unchecked",))
+    (pin,) = report.new
+    assert "accepted bad input (x on another device than the mask" in pin.detail, pin.detail
+
+
+def test_repad_without_indices_type_divergence_fails_shrunk(ring) -> None:
+    report = _run(REPAD, ["errors", "pin:indices_list"], without=("indices_type_unchecked",))
+    new = {o.check: o for o in report.new}
+    assert set(new) == {"errors", "pin:indices_list"}, report.new
+    assert "candidate raised AttributeError: 'list' object has no attribute 'ndim'" \
+        in new["errors"].detail, new["errors"].detail
+    # shrunk: an empty list of indices
+    assert re.match(r"repad\(tensor\(\[.*\), \[\], \d+, \d+\) must raise TypeError",
+                    new["errors"].minimal), new["errors"].minimal
+
+
+def test_balanced_without_values_tensor_divergence_fails_shrunk(seqlen_balancing) -> None:
+    report = _run(BALANCED, ["errors"], without=("values_tensor_unchecked",))
+    (errors,) = report.new
+    assert errors.minimal.startswith("balanced_partitions(tensor([[1.],"), errors.minimal
+    assert "must raise ValueError: values tensor torch.float32 (2, 1)" in errors.minimal, errors
 
 
 def test_balanced_without_k_divergence_fails_shrunk(seqlen_balancing) -> None:
@@ -136,10 +170,11 @@ def test_empty_rows_differ_only_by_the_repeated_boundary(ring) -> None:
     from batchproof.reference.varlen import unpad
 
     target = unpad_adapter(ring.unpad_and_slice_tensor)
+    adapter = adapters.get_adapter(UNPAD)
 
     @settings(max_examples=40, derandomize=True, database=None, deadline=None,
               suppress_health_check=[HealthCheck.filter_too_much])
-    @given(token_row_cases().filter(has_empty_row))
+    @given(token_row_cases().filter(lambda case: has_empty_row(adapter.call_of(case))))
     def check(case) -> None:
         values, indices, cu_seqlens, max_seqlen = target(*case.args)
         want = unpad(*case.args)

@@ -22,7 +22,7 @@ from batchproof import adapters, registry
 from batchproof.adapters import skyrl as skyrl_adapters
 from batchproof.adapters.runner import check_adapter, exit_code, select_adapters
 from batchproof.ops.rl_batch import rl_batch_cases
-from batchproof.registry import BadCase
+from batchproof.registry import BadCase, Case
 
 ADAPTER = "skyrl.rl_batch_0_4"
 
@@ -139,10 +139,13 @@ def test_without_length_divergence_fails_shrunk(preprocess) -> None:
 
 
 def test_without_value_type_divergence_fails_shrunk(preprocess) -> None:
-    """A None reward is taken as NaN: found by the adapter's extra bad inputs."""
+    """A None reward is taken as NaN: found by the adapter's extra bad inputs (from valid calls
+    without the other optional arguments: the record's strategy draws loss_masks, logprobs and
+    max_seq_len first, and Hypothesis does not shrink the failure through them)."""
     adapter = adapters.get_adapter(ADAPTER).without("per_token_value_types_unchecked")
     adapter = dataclasses.replace(adapter, invalid=skyrl_adapters.value_bad_cases(
-        valid=rl_batch_cases(layouts=("left",), rewards=("none",))))
+        valid=rl_batch_cases(layouts=("left",), rewards=("none",), loss_masks=False,
+                             logprobs=False, max_seq_len=False)))
     (errors,) = _run(adapter, ["errors"], report_multiple_bugs=False).new
     assert "accepted bad input" in errors.detail and "holds a" in errors.detail, errors.detail
     assert errors.minimal.startswith("build_rl_batch([[]], [[0]]"), errors.minimal
@@ -153,6 +156,73 @@ def test_without_scalar_reward_divergence_fails_on_value_error(preprocess) -> No
     (equivalence,) = _run(adapter, ["equivalence"], report_multiple_bugs=False).new
     assert "ValueError" in equivalence.detail and "1D per-token reward" in equivalence.detail
     assert "rewards=[" in equivalence.minimal, equivalence.minimal
+
+
+def _pins(adapter, pins: list[str]):
+    return _run(adapter, [f"pin:{name}" for name in pins])
+
+
+# the record's pins that met 0.4.0 for the first time (2026-11-26), and the known divergence
+# each one shows
+NEW_PINS = {"tensor_row_float": "token_ids_unchecked",
+            "jagged_float_prompts": "token_ids_unchecked",
+            "scalar_loss_mask": "scalar_row_type_error",
+            "string_reward_row": "row_types_unchecked"}
+
+
+def test_each_new_pin_is_its_known_divergence(preprocess) -> None:
+    """Each is set aside and confirmed as the divergence it shows (the outcome names the
+    divergences that describe what SkyRL did)."""
+    report = _pins(adapters.get_adapter(ADAPTER), list(NEW_PINS))
+    assert {o.check: (o.status, o.detail) for o in report.outcomes} == {
+        f"pin:{pin}": ("known", name) for pin, name in NEW_PINS.items()}
+    assert exit_code([report]) == 0
+
+
+@pytest.mark.parametrize("pin,shows", [
+    ("tensor_row_float", "accepted bad input (prompts[0] holds floats)"),
+    ("jagged_float_prompts", "accepted bad input (float jagged prompts)"),
+    ("scalar_loss_mask", "candidate raised TypeError: object of type 'float' has no len()"),
+    ("string_reward_row", "candidate raised ValueError: Expected a 1D per-token reward "
+                          "sequence, got shape ()"),
+])
+def test_without_its_divergence_a_new_pin_fails(preprocess, pin: str, shows: str) -> None:
+    adapter = adapters.get_adapter(ADAPTER).without(NEW_PINS[pin])
+    (new,) = _pins(adapter, [pin]).new
+    assert shows in new.detail, new.detail
+
+
+def test_the_new_predicates_match_exactly_their_inputs() -> None:
+    """The predicates behind the new divergences, on the pins and on their neighbours that
+    agree with the contract (no SkyRL needed)."""
+    adapter = adapters.get_adapter(ADAPTER)
+    pins = {p.name: p.case for p in registry.get(adapter.record).pins}
+
+    def applies(name, case):
+        (known,) = [k for k in adapter.known if k.name == name]
+        return known.applies(adapter.call_of(case))
+
+    for pin, name in NEW_PINS.items():
+        assert applies(name, pins[pin]), pin
+    bad = pins["scalar_loss_mask"].case
+    assert applies("scalar_row_type_error",
+                   bad.replace(loss_masks=None, logprobs=[torch.tensor(0.5)]))
+    # a bool row fails len() with TypeError on both sides; a scalar reward is valid
+    assert not applies("scalar_row_type_error", bad.replace(loss_masks=[True]))
+    assert not applies("scalar_row_type_error", bad.replace(loss_masks=None, rewards=[1.0]))
+    row = pins["string_reward_row"].case
+    for value in ("1", b"1", None, True):
+        assert applies("row_types_unchecked", row.replace(rewards=[value])), value
+    assert applies("row_types_unchecked", row.replace(rewards=None, loss_masks=["1"]))
+    # a None or bool loss-mask row fails len() with TypeError, the contract's type
+    assert not applies("row_types_unchecked", row.replace(rewards=None, loss_masks=[None]))
+    # an int64 row tensor is a valid row; (1, 2) rows fail NumPy's broadcast (ValueError)
+    valid = Case(([torch.tensor([1, 2])], [[3]]), {"pad_token_id": 0})
+    assert not applies("token_ids_unchecked", valid)
+    assert not applies("multi_dim_row_unchecked", pins["tensor_row_2d"])
+    taken = BadCase(Case(([torch.ones(1, 1, dtype=torch.int64)], [[3]]), {"pad_token_id": 0}),
+                    ValueError, "prompts[0] is 2-D")
+    assert applies("multi_dim_row_unchecked", taken)
 
 
 # --------------------------------------------------------------------------- the docs' examples
@@ -189,6 +259,39 @@ def test_reproductions(convert) -> None:
     out = convert(0, [[1]], [[2]], [[None]], [[None]], logprobs=[["0.5"]])
     assert out[3].isnan().all() and out[4].isnan().all() and out[5].tolist() == [[0.5]]
     assert convert(0, [[1]], [[2]], [[0.0]], [torch.ones(1, 1)])[4].tolist() == [[1.0]]
+
+
+def test_reproductions_found_2026_11_26(convert) -> None:
+    """docs/frameworks-skyrl04.md's rows for the record's newer pins, run as written."""
+    # token_ids_unchecked: float / bool tensor rows cast, str rows parsed and broadcast
+    assert convert(0, [torch.tensor([1.5])], [[3]], [[0.0]], [[1]])[0].tolist() == [[1, 3]]
+    jagged = torch.nested.nested_tensor([torch.tensor([1.0])], layout=torch.jagged)
+    assert convert(0, jagged, [[3]], [[0.0]], [[1]])[0].tolist() == [[1, 3]]
+    assert convert(0, [torch.tensor([True])], [[3]], [[0.0]], [[1]])[0].tolist() == [[1, 3]]
+    assert convert(0, ["12"], [[3, 4]], [[0.0, 0.0]], [[1, 1]])[0].tolist() == [[12, 12, 3, 4]]
+    assert convert(0, "12", [[3], [4]], [[0.0], [0.0]], [[1], [1]])[0].tolist() == [
+        [1, 3], [2, 4]]
+    with pytest.raises(ValueError, match="invalid literal"):
+        convert(0, ["x"], [[3]], [[0.0]], [[1]])
+    # multi_dim_row_unchecked: a (1, 1) token row is taken, a (1, 2) one is NumPy's ValueError
+    assert convert(0, [torch.ones(1, 1, dtype=torch.int64)], [[3]], [[0.0]], [[1]])[
+        0].tolist() == [[1, 3]]
+    with pytest.raises(ValueError, match="could not broadcast"):
+        convert(0, [torch.ones(1, 2, dtype=torch.int64)], [[3]], [[0.0]], [[1]])
+    # scalar_row_type_error
+    with pytest.raises(TypeError, match="has no len"):
+        convert(0, [[1]], [[2]], [[0.0]], [1.0])
+    with pytest.raises(TypeError, match="has no len"):
+        convert(0, [[1]], [[2]], [[0.0]], [[1]], logprobs=[0.5])
+    # row_types_unchecked
+    for row in ("1", b"1", None, True):
+        with pytest.raises(ValueError, match="Expected a 1D per-token reward sequence"):
+            convert(0, [[1]], [[2]], [row], [[1]])
+    with pytest.raises(ValueError, match="could not convert string to float"):
+        convert(0, [[1]], [[2]], ["x"], [[1]])
+    assert convert(0, [[1]], [[2, 3]], [[0.0, 0.0]], ["12"])[4].tolist() == [[12.0, 12.0]]
+    with pytest.raises(TypeError, match="has no len"):  # a None mask row: the contract's type
+        convert(0, [[1]], [[2]], [[0.0]], [None])
 
 
 def test_jagged_logprobs_fail_on_truthiness(convert) -> None:

@@ -159,3 +159,150 @@ def test_fp8_with_tp_shows_the_blockwise_alignment(installed: str) -> None:
     out = pack(examples, pad_token_id=0, capacity=3, tp_size=2, fp8=True)
     want = 256 if installed.startswith("0.4.") else 16  # 0.4: lcm(2, 128*2); 0.3: lcm(2, 16)
     assert out["input_ids"].shape == (1, want)
+
+
+# --------------------------------------------------------------------------- the record's newer pins
+#
+# Pins the SFT records gained after the adapters were last run (tensors on two devices, loss
+# masks that are a str or complex, TensorDict batches): what each adapter makes of them.
+
+
+def _pin(record: str, name: str):
+    from batchproof import registry
+
+    return next(p.case for p in registry.get(record).pins if p.name == name)
+
+
+def test_predicates_read_batches_and_meta_tensors() -> None:
+    """A TensorDict batch is read as the rows SkyRL iterates; a meta tensor's values are never
+    read (no SkyRL needed)."""
+    from batchproof.registry import Case
+
+    batch = _pin("sft.pack_sft", "batch_attention_value_two").case
+    rows = skyrl_sft._examples(batch)
+    assert [row["input_ids"].tolist() for row in rows] == [[1, 2, 3], [4, 5]]
+    assert [row["num_actions"] for row in rows] == [2, 1]
+    assert skyrl_sft.packed_attention_ignored(batch)
+    meta = _pin("sft.pack_sft", "tensors_on_two_devices").case
+    assert skyrl_sft._values(skyrl_sft._mappings(meta)[0], "loss_mask") == []
+    assert skyrl_sft.on_several_devices(meta)
+    assert not skyrl_sft.on_several_devices(Case(([dict(skyrl_sft._mappings(meta)[0],
+                                                         loss_mask=[1.0])],), {}))
+    unbatched = _pin("sft.pack_sft", "batch_without_batch_dimension").case
+    assert skyrl_sft.unbatched_tensordict(unbatched) and skyrl_sft._examples(unbatched) is None
+    assert not skyrl_sft.unbatched_tensordict(batch)
+    text = _pin("sft.pack_sft", "loss_mask_a_string").case
+    assert skyrl_sft.packed_loss_values_unchecked(text)
+    assert skyrl_sft.packed_loss_values_unchecked_04(text)
+
+
+def test_0_3_collate_domain_is_lists() -> None:
+    """skyrl 0.3.0's collate adapters leave out tensor fields and TensorDict batches (no SkyRL
+    needed; `test_0_3_collate_takes_no_tensors` shows why)."""
+    for name in ("skyrl.collate_sft", "skyrl.default_collator"):
+        adapter = adapters.get_adapter(name)
+        normalize = name == "skyrl.default_collator"
+        for pin in ("tensors_on_two_devices", "tensor_attention_value_two", "ids_float_tensor",
+                    "batch_attention_value_two", "batch_without_batch_dimension"):
+            case = _pin("sft.collate_sft", pin).case.replace(normalize=normalize)
+            assert not adapter.in_domain(adapter.call_of(case)), (name, pin)
+        case = _pin("sft.collate_sft", "attention_value_two").case.replace(normalize=normalize)
+        assert adapter.in_domain(adapter.call_of(case)), name
+
+
+def test_0_4_packer_is_not_given_bfloat16() -> None:
+    adapter = adapters.get_adapter("skyrl.pack_sft_v0_4")
+    from batchproof.ops import sft as ops
+
+    assert set(adapter.forms) == set(ops.FORMS) - {ops.NARROW_FORM}
+    assert adapters.get_adapter("skyrl.pack_sft").forms is None  # 0.3.0 takes every form
+
+
+# what each adapter's check makes of the newer pins: (status, the divergences it names)
+PACK_PINS = {
+    "tensors_on_two_devices": ("known", "devices_unchecked"),
+    "batch_without_batch_dimension": ("known", "unbatched_tensordict_type_error"),
+    "complex_loss_mask": ("known", "loss_values_unchecked"),
+    "loss_mask_a_string": ("known", "loss_values_unchecked"),
+    "tensor_attention_value_two": ("known", "attention_mask_ignored"),
+    "batch_attention_longer": ("known", "attention_mask_ignored"),
+    "batch_attention_value_two": ("known", "attention_mask_ignored"),
+}
+COLLATE_PINS_03 = {name: ("skipped", "input outside the adapter's domain") for name in (
+    "tensors_on_two_devices", "tensor_attention_value_two", "batch_loss_mask_longer",
+    "batch_without_batch_dimension", "batch_attention_longer", "batch_attention_value_two")}
+COLLATE_PINS_04 = {
+    "tensors_on_two_devices": ("known", "attention_mask_required"),
+    "ids_float_tensor": ("known", "attention_mask_required"),
+    "batch_loss_mask_longer": ("known", "attention_mask_required"),
+    "batch_without_batch_dimension": ("known", "unbatched_tensordict_type_error"),
+    "batch_attention_value_two": ("known", "attention_values_unchecked"),
+}
+
+
+def _pin_outcomes(adapter, pins) -> dict:
+    report = check_adapter(adapter, checks=[f"pin:{name}" for name in pins],
+                           replay_database=False, derandomize=True)
+    return {o.check.removeprefix("pin:"): (o.status, o.detail) for o in report.outcomes}
+
+
+@pytest.mark.parametrize("record", ["sft.collate_sft", "sft.pack_sft"])
+def test_newer_pins_are_known_divergences(installed: str, record: str) -> None:
+    (adapter,) = [a for a in _mine(installed) if a.record == record
+                  and not a.name.startswith("skyrl.default_collator")]
+    if record == "sft.pack_sft":
+        want = PACK_PINS
+    else:
+        want = COLLATE_PINS_03 if installed.startswith("0.3.") else COLLATE_PINS_04
+    assert _pin_outcomes(adapter, want) == want
+
+
+def test_without_devices_unchecked_the_meta_pin_fails(installed: str) -> None:
+    (adapter,) = [a for a in _mine(installed) if a.record == "sft.pack_sft"]
+    (new,) = check_adapter(adapter.without("devices_unchecked"),
+                           checks=["pin:tensors_on_two_devices"]).new
+    shows = ("RuntimeError: Tensor.item() cannot be called on meta tensors"
+             if installed.startswith("0.3.") else
+             "TypeError: can't convert meta device type tensor to numpy")
+    assert shows in new.detail, new.detail
+
+
+def test_without_unbatched_tensordict_the_pin_fails(installed: str) -> None:
+    (adapter,) = [a for a in _mine(installed) if a.record == "sft.pack_sft"]
+    (new,) = check_adapter(adapter.without("unbatched_tensordict_type_error"),
+                           checks=["pin:batch_without_batch_dimension"]).new
+    assert "TypeError: iteration over a 0-d tensordict" in new.detail, new.detail
+
+
+def test_0_3_collate_takes_no_tensors(installed: str) -> None:
+    """Why 0.3.0's collate domain is lists: a valid int64 ids tensor raises TypeError."""
+    if not installed.startswith("0.3."):
+        pytest.skip("0.4.0 fills NumPy buffers: it takes tensors")
+    import torch
+
+    trainer = skyrl_sft.import_skyrl(skyrl_sft.SFT_TRAINER)
+    example = {"input_ids": torch.tensor([1, 2]), "num_actions": 1, "loss_mask": [1],
+               "attention_mask": [1, 1]}
+    with pytest.raises(TypeError, match="can only concatenate list"):
+        trainer.collate_sft_batch([example], skyrl_sft._tokenizer(0))
+
+
+def test_0_4_packer_reproductions(installed: str) -> None:
+    """docs/frameworks-skyrl-sft.md's 0.4.0 rows found 2026-11-26, run as written."""
+    if not installed.startswith("0.4."):
+        pytest.skip("skyrl 0.4.0's packer")
+    import torch
+
+    collators = skyrl_sft.import_skyrl(skyrl_sft.COLLATORS)
+    pack = skyrl_sft.packed_adapter(collators.PackedDataCollator, takes_recipe=True)
+    one = {"input_ids": [1, 2, 3], "num_actions": 2, "loss_mask": [1, 1]}
+    with pytest.raises(TypeError, match="Got unsupported ScalarType BFloat16"):
+        pack([dict(one, loss_mask=torch.tensor([1.0, 1.0], dtype=torch.bfloat16))],
+             pad_token_id=0, capacity=8)
+    assert pack([one], pad_token_id=0, capacity=8, fp8_recipe=None)["input_ids"].shape == (1, 3)
+    assert pack([one], pad_token_id=0, capacity=8, fp8=True,
+                fp8_recipe=None)["input_ids"].shape == (1, 16)
+    with pytest.raises(ValueError, match='fp8_recipe is still "auto"'):
+        pack([one], pad_token_id=0, capacity=8, fp8=True, fp8_recipe="auto")
+    text = pack([dict(one, loss_mask="10")], pad_token_id=0, capacity=8)["loss_mask"]
+    assert text.tolist() == [[0.5, 0.5]]  # 10.0 on both response tokens, / the total 20

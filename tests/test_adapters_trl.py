@@ -16,6 +16,7 @@ import pytest
 
 from batchproof import adapters, registry
 from batchproof.adapters.runner import check_adapter
+from batchproof.registry import BadCase, Case
 
 NAMES = ("trl.padding_free", "trl.padding_free_packed", "trl.grpo_pad", "trl.bfd_bins")
 
@@ -65,13 +66,16 @@ def test_trl_has_known_divergences_only(trl_collator, name: str) -> None:
     assert not report.unexplained, report.unexplained
     assert not report.errors, [(o.check, o.detail) for o in report.errors]
     statuses = {o.check: o.status for o in report.outcomes}
-    if name == "trl.bfd_bins":  # properties only; every bad input it can be given is known
-        assert statuses["equivalence"] == "skipped" and statuses["errors"] == "not tested"
+    if name == "trl.bfd_bins":  # properties, and the bad inputs no known divergence covers: a
+        # negative capacity, where pyarrow's ArrowInvalid is a ValueError (the contract's type)
+        assert statuses["equivalence"] == "skipped" and statuses["errors"] == "pass"
         assert all(statuses[c] == "pass" for c in statuses if c.startswith("property:")
                    and c != "property:visit_order"), statuses
     else:
         assert statuses["equivalence"] == "pass" and statuses["errors"] == "pass", statuses
     confirmed = {k["name"] for k in report.known if k["status"] == "confirmed"}
+    # precise predicates: every input a known divergence set aside diverged (none too broad)
+    assert not [k["name"] for k in report.known if k["diverged"] < k["matched"]], report.known
     expected = {"trl.padding_free": {"tail_pad_one_token_segments",
                                      "empty_sample_makes_ids_float", "no_token_at_all",
                                      "pad_token_id_unchecked",
@@ -109,6 +113,28 @@ def test_grpo_pad_without_first_row_divergence_fails_on_dtype(trl_collator) -> N
         equivalence.detail
     assert equivalence.minimal.startswith("build_rl_batch([[]], [[]], pad_token_id=0"), \
         equivalence.minimal
+
+
+def test_grpo_pad_without_none_logprob_divergence_fails_shrunk(trl_collator) -> None:
+    report = _run("trl.grpo_pad", ["errors"], without=("none_logprob_read_as_nan",))
+    (errors,) = report.new
+    assert "accepted bad input (logprobs[0] holds a non-number)" in errors.detail, errors.detail
+    assert errors.minimal == ("build_rl_batch([[0]], [[0]], pad_token_id=0, layout='two_segment', "
+                              "logprobs=[[None]]) must raise TypeError: logprobs[0] holds a "
+                              "non-number"), errors.minimal
+
+
+def test_bfd_without_capacity_divergence_fails_on_zero_only(trl_collator) -> None:
+    """capacity 0 is TRL's AssertionError; a negative one is pyarrow's ArrowInvalid, a ValueError
+    (the contract's type): the predicate matches 0 only."""
+    from batchproof.adapters.trl import capacity_zero
+
+    assert capacity_zero(Case(([1], 0))) and not capacity_zero(Case(([1], -3)))
+    report = _run("trl.bfd_bins", ["errors"], without=("capacity_unchecked",))
+    (errors,) = report.new
+    assert "candidate raised AssertionError" in errors.detail, errors.detail
+    assert errors.minimal == "ffd_bins([1], 0) must raise ValueError: capacity < 1", \
+        errors.minimal
 
 
 # --------------------------------------------------------------------------- behaviours not drawn
@@ -188,20 +214,65 @@ def test_grpo_tool_mask_rows_are_not_checked(trl_collator) -> None:
     assert out["loss_mask"].shape == (1, 1, 1)
 
 
-def test_grpo_per_token_values_are_not_checked(trl_collator) -> None:
-    """`per_token_values_unchecked`: GRPO's `torch.tensor(row)` raises RuntimeError for None and
-    ValueError for a leading str (the contract: TypeError naming the row); a str after a number
-    is torch's TypeError, which the predicate leaves to the search."""
+def test_grpo_reads_a_none_logprob_as_nan(trl_collator) -> None:
+    """`none_logprob_read_as_nan`: GRPO (1.16.0) maps a None logprob to NaN before
+    `torch.tensor`, so the adapter's composition accepts it (the contract: TypeError)."""
+    import math
+
     from trl.trainer.utils import pad
 
-    from batchproof.adapters.trl import grpo_non_number_value, grpo_pad_adapter
-    from batchproof.registry import Case
+    from batchproof.adapters.trl import GRPO_PAD, grpo_none_logprob
 
-    build = grpo_pad_adapter(pad)
-    for row, raised in (([0.5, None], RuntimeError), (["0.5", 1.0], ValueError),
-                        ([1.0, "0.5"], TypeError)):
-        with pytest.raises(raised):
-            build([[2]], [[0, 5]], pad_token_id=0, layout="two_segment", loss_masks=[row])
-        case = Case(([[2]], [[0, 5]]), {"pad_token_id": 0, "layout": "two_segment",
-                                        "loss_masks": [row]})
-        assert grpo_non_number_value(case) == (raised is not TypeError)
+    case = Case(([[2]], [[0, 5]]), {"pad_token_id": 0, "layout": "two_segment",
+                                    "logprobs": [[0.5, None]]})
+    out = GRPO_PAD.guarded(pad)(*case.args, **case.kwargs)
+    first, second = out["rollout_logprobs"][0].tolist()
+    assert first == 0.5 and math.isnan(second)
+    call = GRPO_PAD.call_of(case)
+    assert GRPO_PAD.in_domain(call) and grpo_none_logprob(call)
+    assert [k.name for k in GRPO_PAD.matching(GRPO_PAD.call_of(
+        BadCase(case, TypeError, "a None logprob")))] == ["none_logprob_read_as_nan"]
+
+
+GRPO_OWN_STEPS_RAISE = [  # (keyword arguments beside two_segment, pad_token_id 0), why
+    ({"loss_masks": [[0.5, None]]}, "a None tool-mask entry: torch.tensor raises RuntimeError"),
+    ({"loss_masks": [["0.5", 1.0]]}, "a leading str: torch.tensor raises ValueError"),
+    ({"loss_masks": [[1.0, "0.5"]]}, "a str after a number: torch.tensor raises TypeError"),
+    ({"logprobs": [["0.5", 1.0]]}, "a str logprob"),
+    ({"loss_masks": 3}, "not a list of rows"),
+    ({"loss_masks": [[1, 1], [1, 1]]}, "two tool-mask rows for one completion"),
+    ({"loss_masks": [[1, 1, 1, 1]]}, "a tool mask wider than the completions: no broadcast"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "why"), GRPO_OWN_STEPS_RAISE,
+                         ids=[why for _, why in GRPO_OWN_STEPS_RAISE])
+def test_grpo_inputs_its_own_steps_cannot_carry_are_outside_the_domain(
+        trl_collator, kwargs, why) -> None:
+    """Where GRPO's lines around `pad` (reproduced by the adapter: `torch.tensor` of each row,
+    the tool-mask product, one batch) raise, batchproof's code raises, not TRL's: the guard calls
+    it an AdapterError, so `grpo_domain` leaves these inputs out. Both halves are checked: out of
+    the domain, and the adapter's own step is what raises."""
+    from trl.trainer.utils import pad
+
+    from batchproof.adapters import AdapterError
+    from batchproof.adapters.trl import GRPO_PAD
+
+    case = Case(([[2]], [[0, 5]]), {"pad_token_id": 0, "layout": "two_segment", **kwargs})
+    assert not GRPO_PAD.in_domain(GRPO_PAD.call_of(case)), why
+    with pytest.raises(AdapterError):
+        GRPO_PAD.guarded(pad)(*case.args, **case.kwargs)
+
+
+@pytest.mark.parametrize("tokens", [[[2, None]], [["2"]], [[2, "3"]]])
+def test_grpo_token_rows_torch_cannot_convert_are_outside_the_domain(trl_collator,
+                                                                     tokens) -> None:
+    from trl.trainer.utils import pad
+
+    from batchproof.adapters import AdapterError
+    from batchproof.adapters.trl import GRPO_PAD
+
+    case = Case((tokens, [[0, 5]]), {"pad_token_id": 0, "layout": "two_segment"})
+    assert not GRPO_PAD.in_domain(GRPO_PAD.call_of(case))
+    with pytest.raises(AdapterError):
+        GRPO_PAD.guarded(pad)(*case.args, **case.kwargs)

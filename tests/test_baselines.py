@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchproof import baselines
 from batchproof import blocks as hs
 from batchproof.impl import rl_batch, sft
-from batchproof.workloads import SFT_PACK_CONFIG, rl_batch_inputs, sft_inputs, sft_jagged
+from batchproof.perf import baselines
+from batchproof.perf.workloads import SFT_PACK_CONFIG, rl_batch_inputs, sft_inputs, sft_jagged
 
 
 def _assert_same(expected, actual: dict) -> None:

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from batchproof import bench, placements
+from batchproof import placements
+from batchproof.perf import bench
 
 
 def test_ratios_against_the_floor_of_each_input_form_and_the_baseline() -> None:
@@ -43,7 +44,7 @@ def test_quick_run_writes_every_variant(tmp_path) -> None:
 
 TRAINER_SCALE = {"rl_batch": "impl (jagged)", "varlen": "impl (jagged)",
                  "nesting": "impl (dense)", "nesting.unnest_by_mask": "impl (jagged)",
-                 "sft.pack_sft": "impl (jagged)"}
+                 "sft.pack_sft": "impl (jagged)", "cp.shard": "impl (tensors)"}
 
 
 def test_trainer_scale_from_device_tensors(tmp_path) -> None:

@@ -31,3 +31,196 @@ def test_other_mismatches_carry_no_zero_sign_note() -> None:
     with pytest.raises(Mismatch) as info:  # integers have no signed zero
         assert_identical(torch.tensor([0, 1]), torch.tensor([0, 2]))
     assert "sign of" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- every promise
+#
+# Each strictness promise of `assert_identical` (its docstring) and of `assert_logprobs_close`,
+# asserted as a rejection of two values that differ in that one respect only, beside an accepted
+# twin: a more lenient comparator fails here, whatever its message says.
+
+from tensordict import TensorDict  # noqa: E402
+
+from batchproof.compare import assert_logprobs_close  # noqa: E402
+
+
+def _jagged(rows: list[list[float]]) -> torch.Tensor:
+    return torch.nested.nested_tensor([torch.tensor(r) for r in rows], layout=torch.jagged)
+
+
+def _nan(payload: int) -> torch.Tensor:
+    return torch.tensor([payload], dtype=torch.int32).view(torch.float32)
+
+
+def _td(**entries) -> TensorDict:
+    td = TensorDict({k: v for k, v in entries.items() if isinstance(v, torch.Tensor)},
+                    batch_size=[2])
+    for key, value in entries.items():
+        if not isinstance(value, torch.Tensor):
+            td.set_non_tensor(key, value)
+    return td
+
+
+REJECTED = {
+    "dtype": (torch.tensor([1, 2]), torch.tensor([1, 2], dtype=torch.int32)),
+    "float dtype": (torch.tensor([1.0]), torch.tensor([1.0], dtype=torch.float64)),
+    "shape": (torch.zeros(2, 3), torch.zeros(3, 2)),
+    "an extra axis": (torch.zeros(2), torch.zeros(2, 1)),
+    "signed zero": (torch.tensor([0.0]), torch.tensor([-0.0])),
+    "NaN payload": (_nan(0x7FC00000), _nan(0x7FC00001)),
+    "NaN sign": (_nan(0x7FC00000), _nan(-0x00400000)),
+    "one ulp": (torch.tensor([1.0]), torch.nextafter(torch.tensor([1.0]), torch.tensor([2.0]))),
+    "strided vs jagged": (torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
+                          _jagged([[1.0, 2.0], [3.0, 4.0]])),
+    "jagged offsets": (_jagged([[1.0], [2.0, 3.0]]), _jagged([[1.0, 2.0], [3.0]])),
+    "jagged values": (_jagged([[1.0], [2.0, 3.0]]), _jagged([[1.0], [2.0, 4.0]])),
+    "jagged values dtype": (_jagged([[1.0], [2.0]]),
+                            torch.nested.nested_tensor([torch.tensor([1.0], dtype=torch.float64),
+                                                        torch.tensor([2.0], dtype=torch.float64)],
+                                                       layout=torch.jagged)),
+    "device": (torch.zeros(1), torch.zeros(1, device="meta")),
+    "keys": (_td(a=torch.zeros(2)), _td(b=torch.zeros(2))),
+    "a missing key": (_td(a=torch.zeros(2), b=torch.zeros(2)), _td(a=torch.zeros(2))),
+    "batch size": (TensorDict({"a": torch.zeros(2)}, batch_size=[2]),
+                   TensorDict({"a": torch.zeros(2)}, batch_size=[])),
+    "non-tensor type: int vs bool": (_td(n=1), _td(n=True)),
+    "non-tensor type: int vs float": (_td(n=1), _td(n=1.0)),
+    "non-tensor value": (_td(n=3), _td(n=4)),
+    "non-tensor vs tensor": (_td(a=torch.zeros(2), n=2),
+                             _td(a=torch.zeros(2), n=torch.tensor([2, 2]))),
+    "TensorDict vs dict": (_td(a=torch.zeros(2)), {"a": torch.zeros(2)}),
+    "tuple vs list": ((torch.zeros(1),), [torch.zeros(1)]),
+    "list length": ([torch.zeros(1)], [torch.zeros(1), torch.zeros(1)]),
+    "dict key order": ({"a": 1, "b": 2}, {"b": 2, "a": 1}),
+    "scalar type": (1, 1.0),
+    "tensor vs int": (torch.tensor(1), 1),
+}
+
+ACCEPTED = {
+    "equal ints": (torch.tensor([1, 2]), torch.tensor([1, 2])),
+    "the same NaN": (_nan(0x7FC00001), _nan(0x7FC00001)),
+    "equal jagged": (_jagged([[1.0], [2.0, 3.0]]), _jagged([[1.0], [2.0, 3.0]])),
+    "equal TensorDicts": (_td(a=torch.ones(2), n=1), _td(a=torch.ones(2), n=1)),
+    # strides are not a promise: a column-major copy holds the same tensor
+    "another stride": (torch.arange(6.0).reshape(2, 3),
+                       torch.arange(6.0).reshape(2, 3).t().contiguous().t()),
+}
+
+
+@pytest.mark.parametrize("what", sorted(REJECTED))
+def test_every_strictness_promise_rejects(what: str) -> None:
+    expected, actual = REJECTED[what]
+    with pytest.raises(Mismatch):
+        assert_identical(expected, actual)
+
+
+@pytest.mark.parametrize("what", sorted(ACCEPTED))
+def test_what_is_identical_is_accepted(what: str) -> None:
+    expected, actual = ACCEPTED[what]
+    assert_identical(expected, actual)
+
+
+def test_across_devices_only_the_device_and_a_nans_bits_are_excused() -> None:
+    assert_identical(_nan(0x7FC00000), _nan(-0x00400000), allow_device=True)  # any NaN
+    for what in ("dtype", "signed zero", "shape", "jagged offsets"):
+        expected, actual = REJECTED[what]
+        with pytest.raises(Mismatch):
+            assert_identical(expected, actual, allow_device=True)
+    with pytest.raises(Mismatch):  # a NaN is not a number
+        assert_identical(_nan(0x7FC00000), torch.tensor([0.0]), allow_device=True)
+
+
+def _logprobs(*values: float) -> torch.Tensor:
+    return torch.tensor([list(values)])
+
+
+MASK = torch.tensor([[0, 1, 1]])
+
+
+@pytest.mark.parametrize("expected, actual, dtype", [
+    (_logprobs(0.0, -1.0, -2.0), _logprobs(1e-9, -1.0, -2.0), torch.float32),  # off the mask
+    (_logprobs(1e-9, -1.0, -2.0), _logprobs(0.0, -1.0, -2.0), torch.float32),  # either side
+    (_logprobs(0.0, -1.0, -2.0), _logprobs(0.0, -1.0, -2.0 + 2e-5), torch.float32),  # max
+    (_logprobs(0.0, -1.0, float("nan")), _logprobs(0.0, -1.0, -2.0), torch.float32),
+    (_logprobs(0.0, -1.0, float("inf")), _logprobs(0.0, -1.0, float("nan")), torch.float32),
+    (_logprobs(0.0, -1.0, -2.0), _logprobs(0.0, -1.0, -2.0).double(), torch.float32),
+    (_logprobs(0.0, -1.0, -2.0), _logprobs(0.0, -1.0), torch.float32),  # shape
+    # bf16: every token within the max (2e-2) but the mean beyond 2e-3
+    (_logprobs(0.0, -1.0, -2.0), _logprobs(0.0, -1.0 + 1e-2, -2.0 + 1e-2), torch.bfloat16),
+])
+def test_every_logprob_tolerance_promise_rejects(expected, actual, dtype) -> None:
+    with pytest.raises(Mismatch):
+        assert_logprobs_close(expected, actual, MASK, dtype)
+
+
+def test_logprobs_within_tolerance_are_accepted_and_measured() -> None:
+    close = assert_logprobs_close(_logprobs(0.0, -1.0, -2.0), _logprobs(0.0, -1.0, -2.0 + 5e-6),
+                                  MASK, torch.float32)
+    assert close["max_abs"] == pytest.approx(5e-6, rel=0.1)
+    same = assert_logprobs_close(_logprobs(0.0, -1.0, float("-inf")),
+                                 _logprobs(0.0, -1.0, float("-inf")), MASK, torch.float32)
+    assert same == {"max_abs": 0.0, "mean_abs": 0.0}
+
+
+# --------------------------------------------------------------------------- found everywhere
+#
+# Mutation testing of this module (`batchproof mutate --mutmut --harness compare`, docs/
+# mutation.md) found these promises untested: a difference inside a list or a dict, equal
+# values across devices, no finite token under the mask, and what a report says.
+
+
+def test_a_difference_inside_a_list_or_a_mapping_is_found() -> None:
+    for expected, actual in [([torch.zeros(1)], [torch.ones(1)]),
+                             ((torch.zeros(1), 1), (torch.zeros(1), 2)),
+                             ({"a": torch.zeros(1)}, {"a": torch.ones(1)}),
+                             ({"k": [torch.zeros(2), (1, 2.0)]}, {"k": [torch.zeros(2), (1, 2)]})]:
+        with pytest.raises(Mismatch):
+            assert_identical(expected, actual)
+    with pytest.raises(Mismatch) as info:
+        assert_identical({"k": [torch.zeros(2), (1, 2.0)]}, {"k": [torch.zeros(2), (1, 2)]})
+    assert str(info.value) == ".k[1][1]: expected 2.0 (float), got 2 (int)"
+    assert info.value.path == ".k[1][1]"
+
+
+def test_equal_values_across_devices_are_identical() -> None:
+    values = torch.tensor([[0.5, -0.0, 3.0]])
+    assert_identical(values, values.clone(), allow_device=True)
+
+
+def test_logprobs_with_no_finite_token_under_the_mask() -> None:
+    nan = float("nan")
+    measured = assert_logprobs_close(_logprobs(0.0, nan, float("-inf")),
+                                     _logprobs(0.0, nan, float("-inf")), MASK, torch.float32)
+    assert measured == {"max_abs": 0.0, "mean_abs": 0.0}
+
+
+def test_a_reports_first_difference_rows_and_picture() -> None:
+    from batchproof import registry
+    from batchproof.reference.rl_batch import build_rl_batch
+
+    expected = build_rl_batch([[5, 6], [7]], [[8], [9, 10]], pad_token_id=0)
+    actual = expected.clone()
+    actual["input_ids"][1, 1], actual["input_ids"][1, 2] = 99, 98
+    with pytest.raises(Mismatch) as info:
+        assert_identical(expected, actual, picture=registry.get("rl_batch.build_rl_batch").picture,
+                         describe_row=lambda row: f"sample {row}", compared="the two")
+    assert str(info.value).splitlines() == [
+        "input_ids: values differ: first mismatch at [1, 1]: expected 9, actual 99 (2 elements "
+        "in 1 row(s)); shape (2, 3), torch.int64",
+        "row 1: sample 1", "  expected  prr", "  actual    pxx",
+        "  (. pad, p prompt, r response, x mismatch)", "compared: the two"]
+    assert info.value.path == info.value.field == "input_ids"
+
+
+def test_a_shape_difference_draws_the_first_row_of_each() -> None:
+    from tensordict import TensorDict
+
+    with pytest.raises(Mismatch) as info:
+        assert_identical(TensorDict({"a": torch.zeros(2, 3)}, batch_size=[2]),
+                         TensorDict({"a": torch.zeros(2, 4)}, batch_size=[2]))
+    assert str(info.value).splitlines() == [
+        "a: shape differs: expected (2, 3), got (2, 4)", "row 0:", "  expected  ###",
+        "  actual    ####", "  (# a column, x mismatch)"]
+    with pytest.raises(Mismatch) as info:
+        assert_identical(torch.zeros(2, 3), torch.zeros(3, 3))
+    assert str(info.value) == "output: shape differs: expected (2, 3), got (3, 3)"

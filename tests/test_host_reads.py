@@ -1,6 +1,6 @@
 """impl/'s device paths read the device only through `impl._sync` (issue 19).
 
-On the CPU, `batchproof.host_reads`' model of CUDA's sync points surveys the code CUDA runs (the
+On the CPU, `batchproof.perf.host_reads`' model of CUDA's sync points surveys the code CUDA runs (the
 `generic` placement, and the Triton kernels interpreted); on CUDA (`gpu` marker) the same
 checks run under `torch.cuda.set_sync_debug_mode("error")`. The records that still read
 elsewhere are listed, each with what it reads: the test fails when one of them stops reading
@@ -14,8 +14,9 @@ import os
 import pytest
 import torch
 
-from batchproof import host_reads, placements, registry
+from batchproof import placements, registry
 from batchproof.impl import _sync, trainer
+from batchproof.perf import host_reads
 from batchproof.reference import trainer as trainer_reference
 
 # records that still read outside impl._sync, each with what it reads (none since issue 19)

@@ -443,3 +443,43 @@ def test_the_triton_run_copy_nests_and_unnests_like_the_reference(case) -> None:
     fields = [k for k in expected.keys() if getattr(expected.get(k), "is_nested", False)
               and not k.endswith(("_offsets", "_lengths"))]
     assert calls or not fields
+
+
+# --------------------------------------------------------------------------- dtype axes
+
+
+def test_extract_response_is_checked_in_every_floating_dtype() -> None:
+    """The model output is drawn in float16, bfloat16, float32 and float64 (issue 32): a result
+    that ignores the output's dtype, invisible while every draw was float32, fails."""
+    from hypothesis import settings
+
+    from batchproof import registry
+    from batchproof.checks import run_check
+    from batchproof.reference import nesting as reference
+
+    def always_float32(td, output):
+        return reference.extract_response(td, output).to(torch.float32)
+
+    info = registry.get("nesting.extract_response")
+    search = settings(max_examples=40, derandomize=True, database=None, deadline=None)
+    with pytest.raises(AssertionError, match="dtype"):
+        run_check(info, "equivalence", always_float32, settings=search)
+
+
+def test_a_mask_value_only_a_float_mask_holds_is_drawn_and_rejected() -> None:
+    """`not_binary` bad inputs hold a fraction or NaN in a floating mask, not only 2 or -1."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from batchproof.ops.nesting import bad_nest_cases
+
+    seen: set[str] = set()
+
+    def record(bad) -> None:
+        mask = bad.case.args[0]["attention_mask"] if bad.why.startswith("mask row") else None
+        if mask is not None and mask.is_floating_point():
+            odd = mask[(mask != 0) & (mask != 1)]
+            seen.update("nan" if v != v else "fraction" for v in odd.tolist())
+
+    settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate],
+             suppress_health_check=list(HealthCheck))(given(bad_nest_cases())(record))()
+    assert seen == {"nan", "fraction"}

@@ -23,7 +23,8 @@ GPU_CHECKS = [(info.name, check) for info in RECORDS if "cuda" in info.devices
 
 # the records with a Triton kernel (impl/kernels/triton_*.py)
 TRITON_RECORDS = ("rl_batch.build_rl_batch", "varlen.pack_varlen", "nesting.nest_by_mask",
-                  "nesting.unnest_by_mask", "sft.pack_sft")
+                  "nesting.unnest_by_mask", "sft.pack_sft", "cp.shard", "cp.shard_bshd",
+                  "cp.unshard")
 TRITON_CHECKS = [(name, check) for name, check in IMPL_CHECKS if name in TRITON_RECORDS]
 
 

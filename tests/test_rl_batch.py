@@ -240,3 +240,45 @@ def test_pad_ids_beyond_int64_are_a_value_error_naming_the_argument() -> None:
     for pad in (2**63 - 1, -2**63):  # the bounds themselves are valid
         assert_identical(reference.build_rl_batch([[1], []], [[2], [3]], pad_token_id=pad),
                          impl.build_rl_batch([[1], []], [[2], [3]], pad_token_id=pad))
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _lengths_checked_first(prompts, responses, **kwargs):
+    """The contract, except that per-token row lengths are validated before anything else: the
+    same exception type as the reference on every input with one defect."""
+    from batchproof.reference.rl_batch import build_rl_batch
+
+    for name in ("rewards", "loss_masks", "logprobs"):
+        rows = kwargs.get(name)
+        if isinstance(rows, list) and isinstance(responses, list) and len(rows) == len(responses):
+            for i, (row, response) in enumerate(zip(rows, responses)):
+                if isinstance(row, list) and isinstance(response, list) \
+                        and len(row) != len(response):
+                    raise ValueError(f"{name}[{i}] has {len(row)} values")
+    return build_rl_batch(prompts, responses, **kwargs)
+
+
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error() -> None:
+    """The errors check draws calls with two defects on different arguments (issue 32); a
+    validation order other than the reference's passes every one-defect input and fails
+    here."""
+    import dataclasses
+
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from batchproof import registry
+    from batchproof.checks import run_check
+    from batchproof.ops.rl_batch import bad_rl_batch_cases
+
+    info = registry.get("rl_batch.build_rl_batch")
+    search = settings(max_examples=60, derandomize=True, database=None, deadline=None)
+    whys: list[str] = []
+    settings(search, phases=[Phase.generate], suppress_health_check=list(HealthCheck))(
+        given(info.invalid)(lambda bad: whys.append(bad.why)))()
+    assert sum(", and " in why for why in whys) >= 10, whys
+    one_defect = dataclasses.replace(info, invalid=bad_rl_batch_cases(), pins=[])
+    run_check(one_defect, "errors", _lengths_checked_first, settings=search)
+    with pytest.raises(AssertionError, match="exception types differ"):
+        run_check(info, "errors", _lengths_checked_first, settings=search)

@@ -37,8 +37,9 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter, values
 from batchproof.ops.varlen import pack_cases
+from batchproof.reference.varlen import pack_varlen as _contract
 from batchproof.registry import Case
 
 IGNORE = -100  # transformers' ignore_index, and the collator's default separator_id
@@ -110,9 +111,25 @@ def _length(row: Any) -> int | None:
 
 
 def _values(row: Any) -> list:
-    if isinstance(row, torch.Tensor):
-        return row.reshape(-1).tolist()
-    return list(row) if isinstance(row, (list, tuple)) else []
+    """A row's values, flattened ([] when they cannot be read: a meta tensor, a scalar)."""
+    if isinstance(row, torch.Tensor) and not row.is_nested and row.dim() > 1:
+        row = row.reshape(-1)
+    return values(row) or []
+
+
+def _sides(case: Case) -> tuple[list, list] | None:
+    """The rows of prompts and of responses (`Call.rows`), or None when either has none (an
+    int, a str, None: a bad input that only the domain is about). Predicates are given a
+    `Call`; a plain `Case` (a test's) is read the same way."""
+    call = case if isinstance(case, Call) else Call.of(case, _contract)
+    prompts, responses = call.rows("prompts"), call.rows("responses")
+    return None if prompts is None or responses is None else (prompts, responses)
+
+
+def _pairs(case: Case) -> list[tuple[Any, Any]]:
+    """(prompt, response) of each sample; none when `_sides` has no rows."""
+    sides = _sides(case)
+    return [] if sides is None else list(zip(*sides))
 
 
 def needs_no_tail_pad(case: Case) -> bool:
@@ -121,18 +138,19 @@ def needs_no_tail_pad(case: Case) -> bool:
     valid id (it is then never written); prompts and responses come in equal numbers (one
     feature per sample); no device; no response token equal to -100 (transformers' ignore
     index marks the non-targets)."""
-    prompts, responses = case.args[:2]
-    multiple = case.kwargs.get("pad_to_multiple", 1)
-    pad = case.kwargs.get("pad_token_id", 0)
-    if case.kwargs.get("device") is not None:
+    call = case if isinstance(case, Call) else Call.of(case, _contract)
+    prompts, responses = call.arg("prompts"), call.arg("responses")
+    multiple = call.arg("pad_to_multiple", 1)
+    pad = call.arg("pad_token_id", 0)
+    if call.arg("device") is not None:
         return False
     if not isinstance(pad, int) or isinstance(pad, bool) or not -2**63 <= pad < 2**63:
         return False
     if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
         return False
-    if not all(isinstance(rows, (list, tuple, torch.Tensor)) for rows in (prompts, responses)) \
-            or len(prompts) != len(responses):  # (one feature per sample: sequences of rows)
-        return False
+    if not all(isinstance(side, (list, tuple, torch.Tensor)) for side in (prompts, responses)) \
+            or _length(prompts) is None or _length(prompts) != _length(responses):
+        return False  # (one feature per sample: sequences of rows)
     lengths = [_length(row) for row in (*prompts, *responses)]
     if any(n is None for n in lengths) or sum(lengths) % multiple != 0:
         return False
@@ -142,17 +160,16 @@ def needs_no_tail_pad(case: Case) -> bool:
 
 def has_empty_sample(case: Case) -> bool:
     """A sample with p + r == 0 (an empty feature)."""
-    prompts, responses = case.args[:2]
-    return any(_length(p) == 0 and _length(r) == 0 for p, r in zip(prompts, responses))
+    return any(_length(p) == 0 and _length(r) == 0 for p, r in _pairs(case))
 
 
 def is_empty_batch(case: Case) -> bool:
-    return len(case.args[0]) == 0
+    call = case if isinstance(case, Call) else Call.of(case, _contract)
+    return _length(call.arg("prompts")) == 0
 
 
 def has_empty_prompt_with_response(case: Case) -> bool:
-    prompts, responses = case.args[:2]
-    return any(_length(p) == 0 and (_length(r) or 0) > 0 for p, r in zip(prompts, responses))
+    return any(_length(p) == 0 and (_length(r) or 0) > 0 for p, r in _pairs(case))
 
 
 def _not_int_id(value: Any) -> bool:
@@ -161,7 +178,7 @@ def _not_int_id(value: Any) -> bool:
 
 def has_float_or_bool_id(case: Case) -> bool:
     """A float or bool token id in a list row, or a row that is a float or bool tensor."""
-    for row in (*case.args[0], *case.args[1]):
+    for row in (row for pair in _pairs(case) for row in pair):
         if isinstance(row, torch.Tensor):
             if row.dtype.is_floating_point or row.dtype == torch.bool:
                 return True
@@ -174,10 +191,10 @@ def first_token_is_str(case: Case) -> bool:
     """The packed row starts with a str (a str row contributes its characters): torch infers a
     shape from the first element and raises ValueError ('too many dimensions'); a str later in
     the row raises TypeError, the contract's type."""
-    for prompt, response in zip(*case.args[:2]):
+    for prompt, response in _pairs(case):
         for row in (prompt, response):
             if not isinstance(row, torch.Tensor) and _length(row):
-                return isinstance(row, str) or isinstance(row[0], str)
+                return isinstance(row, str) or isinstance(next(iter(row), None), str)
             if isinstance(row, torch.Tensor) and row.numel():
                 return False
     return False
@@ -190,7 +207,7 @@ def token_ids_unchecked(case: Case) -> bool:
 def has_multi_dim_row(case: Case) -> bool:
     """A prompt or response given as a tensor with more than one dimension."""
     return any(isinstance(row, torch.Tensor) and row.dim() > 1
-               for row in (*case.args[0], *case.args[1]))
+               for pair in _pairs(case) for row in pair)
 
 
 def without_tail_pad(case: Case) -> Case:
@@ -207,9 +224,8 @@ def without_tail_pad(case: Case) -> Case:
 
 def has_only_empty_samples(case: Case) -> bool:
     """At least one sample, and every one with p + r == 0."""
-    prompts, responses = case.args[:2]
-    return len(prompts) > 0 and all(_length(p) == 0 and _length(r) == 0
-                                    for p, r in zip(prompts, responses))
+    pairs = _pairs(case)
+    return len(pairs) > 0 and all(_length(p) == 0 and _length(r) == 0 for p, r in pairs)
 
 
 def skips_empty_examples() -> bool:
@@ -236,9 +252,8 @@ ONLY_EMPTY_SAMPLES_REJECTED = KnownDivergence(
 
 def has_empty_sample_before_a_response(case: Case) -> bool:
     """An empty sample (p + r == 0) before a sample with response tokens."""
-    prompts, responses = case.args[:2]
     seen_empty = False
-    for p, r in zip(prompts, responses):
+    for p, r in _pairs(case):
         seen_empty = seen_empty or (_length(p) == 0 and _length(r) == 0)
         if seen_empty and _length(r):
             return True

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
 from batchproof.registry import Case
 
 RING = "openrlhf.models.ring_attn_utils"
@@ -120,11 +120,18 @@ def _first_feature(x: torch.Tensor, keep_axis: bool) -> torch.Tensor:
     return (x.unsqueeze(-1) if keep_axis else x).contiguous()
 
 
-def token_rows(case: Case) -> bool:
+def _tensor(value: Any) -> torch.Tensor | None:
+    """value when it is a tensor with data (not on the meta device, not nested), else None."""
+    if isinstance(value, torch.Tensor) and not value.is_meta and not value.is_nested:
+        return value
+    return None
+
+
+def token_rows(call: Call) -> bool:
     """OpenRLHF packs (B, S) token ids: it adds the feature axis flash-attn needs itself and
     returns a (1, nnz) row. x (B, S, 1, ...) (every trailing dim 1) comes back right too; x
     (B, S, F) with F > 1 comes back as (F, nnz, 1): outside the function's domain."""
-    x = case.args[0] if case.args else None
+    x = call.arg("x")
     return not isinstance(x, torch.Tensor) or all(n == 1 for n in x.shape[2:])
 
 
@@ -137,50 +144,66 @@ def token_row_cases(draw) -> Case:
     return Case((_first_feature(x, draw(st.booleans())), mask))
 
 
-def _mask(case: Case) -> Any:
-    return case.args[1] if len(case.args) > 1 else None
+def _mask(call: Call) -> torch.Tensor | None:
+    """attention_mask when it is a tensor with data, else None."""
+    return _tensor(call.arg("attention_mask"))
 
 
-def has_empty_row(case: Case) -> bool:
+def has_empty_row(call: Call) -> bool:
     """A (B, S) 0/1 mask with a row of no 1 (B >= 1)."""
-    mask = _mask(case)
-    return (isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.shape[0] > 0
+    mask = _mask(call)
+    return (mask is not None and mask.dim() == 2 and mask.shape[0] > 0
             and bool((mask.to(torch.int64) != 0).sum(1).eq(0).any())
             and not mask.is_floating_point())
 
 
-def empty_batch(case: Case) -> bool:
+def empty_batch(call: Call) -> bool:
     """A (0, S) mask, with sequences that are a tensor."""
-    mask = _mask(case)
-    return (isinstance(case.args[0], torch.Tensor) and isinstance(mask, torch.Tensor)
+    mask = _mask(call)
+    return (isinstance(call.arg("x"), torch.Tensor) and mask is not None
             and mask.dim() == 2 and mask.shape[0] == 0)
 
 
-def mask_not_binary(case: Case) -> bool:
-    mask = _mask(case)
-    return (isinstance(mask, torch.Tensor) and not mask.is_floating_point()
+def mask_not_binary(call: Call) -> bool:
+    mask = _mask(call)
+    return (mask is not None and not mask.is_floating_point()
             and bool(((mask != 0) & (mask != 1)).any()))
 
 
-def float_mask(case: Case) -> bool:
-    mask = _mask(case)
+def float_mask(call: Call) -> bool:
+    mask = call.arg("attention_mask")
     return isinstance(mask, torch.Tensor) and mask.is_floating_point()
 
 
-def mask_not_2d(case: Case) -> bool:
-    mask = _mask(case)
+def mask_not_2d(call: Call) -> bool:
+    mask = call.arg("attention_mask")
     return isinstance(mask, torch.Tensor) and mask.dim() != 2
 
 
-def shapes_differ(case: Case) -> bool:
-    x, mask = case.args[0], _mask(case)
+def shapes_differ(call: Call) -> bool:
+    x, mask = call.arg("x"), call.arg("attention_mask")
     return (isinstance(x, torch.Tensor) and isinstance(mask, torch.Tensor) and x.dim() == 2
             and mask.dim() == 2 and tuple(x.shape) != tuple(mask.shape) and mask.shape[0] > 0)
 
 
-def x_not_2d(case: Case) -> bool:
-    x = case.args[0] if case.args else None
+def x_not_2d(call: Call) -> bool:
+    x = call.arg("x")
     return isinstance(x, torch.Tensor) and x.dim() < 2
+
+
+def mask_not_a_tensor(call: Call) -> bool:
+    """x a tensor of at least 2 dims (torch.roll(dims=1) passes) and a mask that is not a
+    tensor."""
+    x = call.arg("x")
+    return (isinstance(x, torch.Tensor) and x.dim() >= 2
+            and not isinstance(call.arg("attention_mask"), torch.Tensor))
+
+
+def devices_differ(call: Call) -> bool:
+    """x and a (B, S) mask, both tensors, on different devices."""
+    x, mask = call.arg("x"), call.arg("attention_mask")
+    return (isinstance(x, torch.Tensor) and isinstance(mask, torch.Tensor) and x.dim() >= 2
+            and mask.dim() == 2 and x.device != mask.device)
 
 
 UNPAD_KNOWN = (
@@ -220,6 +243,21 @@ UNPAD_KNOWN = (
         doc="sequences with more rows than the mask are accepted (the indices address the first "
             "rows); the contract raises ValueError."),
     KnownDivergence(
+        "mask_type_unchecked", mask_not_a_tensor, kind="errors", upstream=RING_UPSTREAM,
+        raises=AttributeError,
+        doc="an attention_mask that is not a tensor (a list of rows) fails in flash-attn's "
+            "unpad_input with AttributeError ('list' object has no attribute 'sum'); the "
+            "contract raises TypeError."),
+    KnownDivergence(
+        "devices_unchecked", devices_differ, kind="errors", upstream=RING_UPSTREAM,
+        accepts=True,
+        doc="x and attention_mask on different devices are not compared: nothing in "
+            "unpad_and_slice_tensor or flash-attn's unpad_input looks at a device. With x on "
+            "the meta device (the record's stand-in for another device) and the mask on the "
+            "CPU every op succeeds and a meta packed row is returned; the contract raises "
+            "ValueError naming both devices. (On two real devices torch's gather would fail "
+            "on the mismatch instead; not run here: the matrix has no second device.)"),
+    KnownDivergence(
         "x_dims_unchecked", x_not_2d, kind="errors", upstream=RING_UPSTREAM,
         raises=IndexError,
         doc="1-D sequences fail in torch.roll(dims=1) with IndexError ('Dimension out of "
@@ -258,31 +296,27 @@ def repad_adapter(gather_and_pad_tensor: Callable[..., Any]) -> Callable[..., An
     return repad
 
 
-def _values(case: Case) -> Any:
-    return case.args[0] if case.args else None
-
-
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def has_feature_dims(case: Case) -> bool:
+def has_feature_dims(call: Call) -> bool:
     """values (nnz, ...) whose trailing dims are not () or (1,)."""
-    values = _values(case)
+    values = call.arg("values")
     return (isinstance(values, torch.Tensor) and values.dim() >= 2
             and tuple(values.shape[1:]) != (1,))
 
 
-def repad_empty_batch(case: Case) -> bool:
+def repad_empty_batch(call: Call) -> bool:
     """batch == 0 (with values a tensor)."""
-    return (len(case.args) == 4 and isinstance(case.args[0], torch.Tensor)
-            and _int(case.args[2]) and case.args[2] == 0)
+    batch = call.arg("batch")
+    return isinstance(call.arg("values"), torch.Tensor) and _int(batch) and batch == 0
 
 
-def _plain_indices(case: Case) -> torch.Tensor | None:
-    """indices when they are a 1-D integer tensor with one entry per value, else None."""
-    values, indices = case.args[0], case.args[1]
-    if not (isinstance(values, torch.Tensor) and isinstance(indices, torch.Tensor)
+def _plain_indices(call: Call) -> torch.Tensor | None:
+    """indices when they are a 1-D integer tensor with data, one entry per value, else None."""
+    values, indices = call.arg("values"), _tensor(call.arg("indices"))
+    if not (isinstance(values, torch.Tensor) and indices is not None
             and indices.dim() == 1 and not indices.is_floating_point()
             and indices.dtype != torch.bool and values.dim() >= 1
             and indices.numel() == values.shape[0]):
@@ -290,47 +324,55 @@ def _plain_indices(case: Case) -> torch.Tensor | None:
     return indices
 
 
-def indices_repeat(case: Case) -> bool:
+def indices_repeat(call: Call) -> bool:
     """In-range indices, one per value, with one position twice."""
-    indices = _plain_indices(case)
-    if indices is None or not (_int(case.args[2]) and _int(case.args[3])):
+    indices, batch, seqlen = _plain_indices(call), call.arg("batch"), call.arg("seqlen")
+    if indices is None or not (_int(batch) and _int(seqlen)):
         return False
-    size = case.args[2] * case.args[3]
-    in_range = bool(((indices >= 0) & (indices < size)).all())
+    in_range = bool(((indices >= 0) & (indices < batch * seqlen)).all())
     return in_range and indices.unique().numel() < indices.numel()
 
 
-def one_value_many_indices(case: Case) -> bool:
+def one_value_many_indices(call: Call) -> bool:
     """One value and more than one 1-D integer index (torch broadcasts the value)."""
-    values, indices = case.args[0], case.args[1]
+    values, indices = call.arg("values"), call.arg("indices")
     return (isinstance(values, torch.Tensor) and isinstance(indices, torch.Tensor)
             and values.dim() >= 1 and values.shape[0] == 1 and indices.dim() == 1
             and not indices.is_floating_point() and indices.numel() > 1)
 
 
-def indices_malformed(case: Case) -> bool:
+def indices_malformed(call: Call) -> bool:
     """indices that are not a 1-D integer tensor of one in-range entry per value (except one
     value with several indices: `one_value_many_indices`)."""
-    values, indices, batch, seqlen = case.args
+    values, indices = call.arg("values"), call.arg("indices")
+    batch, seqlen = call.arg("batch"), call.arg("seqlen")
     if not (isinstance(values, torch.Tensor) and isinstance(indices, torch.Tensor)):
         return False
-    if one_value_many_indices(case):
+    if one_value_many_indices(call):
         return False
-    if _plain_indices(case) is None:
+    plain = _plain_indices(call)
+    if plain is None:
         return True
     if not (_int(batch) and _int(seqlen)):
         return False
-    return bool(((indices < 0) | (indices >= batch * seqlen)).any())
+    return bool(((plain < 0) | (plain >= batch * seqlen)).any())
 
 
-def negative_size(case: Case) -> bool:
-    batch, seqlen = case.args[2], case.args[3]
-    return (isinstance(case.args[0], torch.Tensor) and _int(batch) and _int(seqlen)
+def negative_size(call: Call) -> bool:
+    batch, seqlen = call.arg("batch"), call.arg("seqlen")
+    return (isinstance(call.arg("values"), torch.Tensor) and _int(batch) and _int(seqlen)
             and min(batch, seqlen) < 0)
 
 
-def values_not_a_tensor(case: Case) -> bool:
-    return not isinstance(_values(case), torch.Tensor)
+def values_not_a_tensor(call: Call) -> bool:
+    return not isinstance(call.arg("values"), torch.Tensor)
+
+
+def indices_not_a_tensor(call: Call) -> bool:
+    """values a tensor of at least 1 dim (its transpose passes) and indices not a tensor."""
+    values = call.arg("values")
+    return (isinstance(values, torch.Tensor) and values.dim() >= 1
+            and not isinstance(call.arg("indices"), torch.Tensor))
 
 
 REPAD_KNOWN = (
@@ -373,6 +415,12 @@ REPAD_KNOWN = (
         doc="a negative batch or seqlen fails in torch.zeros or reshape with RuntimeError; the "
             "contract raises ValueError."),
     KnownDivergence(
+        "indices_type_unchecked", indices_not_a_tensor, kind="errors", upstream=RING_UPSTREAM,
+        raises=AttributeError,
+        doc="indices that are not a tensor (a list) fail at flash-attn's `assert indices.ndim "
+            "== 1` with AttributeError ('list' object has no attribute 'ndim'), whatever else "
+            "the input has (batch = 0 included); the contract raises TypeError."),
+    KnownDivergence(
         "values_not_a_tensor", values_not_a_tensor, kind="errors", upstream=RING_UPSTREAM,
         raises=AttributeError,
         doc="values that are not a tensor fail with AttributeError ('list' object has no "
@@ -405,40 +453,48 @@ def partitions_adapter(function: Callable[..., Any]) -> Callable[..., list[list[
     return balanced_partitions
 
 
-def _seqlens(case: Case) -> list | None:
-    values = case.args[0]
-    if isinstance(values, torch.Tensor):
-        return values.tolist() if values.dim() == 1 else None
-    return list(values) if isinstance(values, (list, tuple)) else None
+def _seqlens(call: Call) -> list | None:
+    """values as a plain list: a list or tuple, or a 1-D tensor's `tolist()`; None otherwise."""
+    values = call.arg("values")
+    if isinstance(values, torch.Tensor) and values.dim() != 1:
+        return None
+    return Call.values(values)
 
 
-def k_out_of_range(case: Case) -> bool:
+def k_out_of_range(call: Call) -> bool:
     """An int k (not a bool) outside [1, n]."""
-    k, values = case.args[1], _seqlens(case)
+    k, values = call.arg("k"), _seqlens(call)
     return values is not None and _int(k) and not 1 <= k <= len(values)
 
 
-def float_k_over_n(case: Case) -> bool:
+def float_k_over_n(call: Call) -> bool:
     """A float k greater than n: the `n >= k` assert fires before anything reads k as an int."""
-    k, values = case.args[1], _seqlens(case)
+    k, values = call.arg("k"), _seqlens(call)
     return (values is not None and isinstance(k, float) and math.isfinite(k)
             and k > len(values))
 
 
-def k_is_bool(case: Case) -> bool:
-    return isinstance(case.args[1], bool)
+def k_is_bool(call: Call) -> bool:
+    return isinstance(call.arg("k"), bool)
 
 
-def equal_size_not_divisible(case: Case) -> bool:
-    k, values = case.args[1], _seqlens(case)
-    return (bool(case.kwargs.get("equal_size")) and values is not None and _int(k)
+def equal_size_not_divisible(call: Call) -> bool:
+    k, values = call.arg("k"), _seqlens(call)
+    return (bool(call.arg("equal_size")) and values is not None and _int(k)
             and 1 <= k <= len(values) and len(values) % k != 0)
 
 
-def bad_seqlen(case: Case) -> bool:
+def bad_seqlen(call: Call) -> bool:
     """A negative, non-finite or bool value."""
     return any(isinstance(v, bool) or (isinstance(v, (int, float)) and not (
-        math.isfinite(v) and v >= 0)) for v in _seqlens(case) or [])
+        math.isfinite(v) and v >= 0)) for v in _seqlens(call) or [])
+
+
+def values_tensor_not_real_1d(call: Call) -> bool:
+    """A values tensor with rows that is not 1-D (2-D or more), or 1-D and complex."""
+    values = _tensor(call.arg("values"))
+    return (values is not None and values.dim() >= 1 and values.shape[0] > 0
+            and (values.dim() >= 2 or values.is_complex()))
 
 
 BALANCED_KNOWN = (
@@ -467,8 +523,19 @@ BALANCED_KNOWN = (
     KnownDivergence(
         "values_unchecked", bad_seqlen, kind="errors", upstream=SEQLEN_UPSTREAM,
         accepts=True,
-        doc="negative, NaN/inf and bool lengths are accepted (with negatives or NaN the state "
-            "order is not total); the contract raises ValueError (TypeError for a bool)."),
+        doc="negative, NaN/inf and bool lengths are accepted, in a list or a 1-D tensor (with "
+            "negatives or NaN the state order is not total); the contract raises ValueError "
+            "(TypeError for a bool)."),
+    KnownDivergence(
+        "values_tensor_unchecked", values_tensor_not_real_1d, kind="errors",
+        upstream=SEQLEN_UPSTREAM,
+        accepts=True, raises=RuntimeError,
+        doc="a values tensor's rank and dtype are not checked (karmarkar_karp iterates it and "
+            "compares its elements as tensors): a 2-D tensor of one column and a complex "
+            "tensor of one value are accepted; more columns fail with RuntimeError ('Boolean "
+            "value of Tensor with more than one value is ambiguous'), more complex values with "
+            "NotImplementedError (a RuntimeError). The contract raises ValueError (not 1-D) or "
+            "TypeError (complex)."),
 )
 
 BALANCED_PARTITIONS = register_adapter(Adapter(

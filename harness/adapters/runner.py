@@ -15,14 +15,13 @@ status 3). A known divergence whose inputs were met but never diverged is report
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import re
 import sys
 import textwrap
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -32,7 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 from tensordict import TensorDictBase
 
-from batchproof import profiles, registry
+from batchproof import registry
 from batchproof.adapters import (
     Adapter,
     AdapterError,
@@ -44,7 +43,6 @@ from batchproof.adapters import (
     frameworks,
     get_adapter,
     identity_adapter,
-    load_adapter_file,
 )
 from batchproof.adapters.scope import Scope
 from batchproof.checks import (
@@ -57,6 +55,7 @@ from batchproof.checks import (
 from batchproof.compare import Mismatch
 from batchproof.registry import BadCase, Candidate, Case, OpInfo
 from batchproof.report import Failure, command, describe, without_explain
+from batchproof.statuses import KnownStatus, Outcome
 
 console = Console(width=None if Console().is_terminal else 140)
 
@@ -108,12 +107,12 @@ def known_status(matched: int, diverged: int, confirmed: int) -> str:
     time), `diverged otherwise` (it diverged another way than described: a new divergence),
     else `confirmed`."""
     if matched == 0:
-        return "not met"
+        return KnownStatus.NOT_MET
     if diverged == 0:
-        return "not reproduced"
+        return KnownStatus.NOT_REPRODUCED
     if confirmed < diverged:
-        return "diverged otherwise"
-    return "confirmed"
+        return KnownStatus.DIVERGED_OTHERWISE
+    return KnownStatus.CONFIRMED
 
 
 def _short(case: Case | BadCase) -> str:
@@ -130,7 +129,7 @@ class CheckOutcome:
     adapter: str
     record: str
     check: str
-    status: str  # pass | new | known | skipped | not tested | error
+    status: Outcome
     examples: int = 0
     seconds: float = 0.0
     detail: str = ""
@@ -163,23 +162,23 @@ class AdapterReport:
 
     @property
     def new(self) -> list[CheckOutcome]:
-        return [o for o in self.outcomes if o.status == "new"]
+        return [o for o in self.outcomes if o.status == Outcome.NEW]
 
     @property
     def unexplained(self) -> list[dict[str, Any]]:
         """Known divergences whose inputs made the target diverge another way than described."""
-        return [k for k in self.known if k["status"] == "diverged otherwise"]
+        return [k for k in self.known if k["status"] == KnownStatus.DIVERGED_OTHERWISE]
 
     @property
     def errors(self) -> list[CheckOutcome]:
         """Checks batchproof could not carry out: an error of its own, or the whole adapter not
         run because it does not fit the framework's version."""
-        return [o for o in self.outcomes if o.status in ("error", "not run")]
+        return [o for o in self.outcomes if o.status in (Outcome.ERROR, Outcome.NOT_RUN)]
 
     @property
     def untested(self) -> list[CheckOutcome]:
         """Checks that ran no input against the target (never a pass)."""
-        return [o for o in self.outcomes if o.status == "not tested"]
+        return [o for o in self.outcomes if o.status == Outcome.NOT_TESTED]
 
 
 # --------------------------------------------------------------------------- the adapted record
@@ -349,7 +348,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     misfit = fit_problem(adapter, candidate)
     if misfit:  # one line for the whole adapter, not one divergence per check
         return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
-                             [CheckOutcome(adapter.name, adapter.record, c, "not run")
+                             [CheckOutcome(adapter.name, adapter.record, c, Outcome.NOT_RUN)
                               for c in wanted], [], 0, misfit=misfit,
                              framework=adapter.framework, scope=adapter.scope)
     tally = KnownTally()
@@ -370,17 +369,17 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                      phases=without_explain(start.phases),
                      **({} if replay_database else {"database": None}))
     for check in wanted:
-        outcome = CheckOutcome(adapter.name, adapter.record, check, "pass")
+        outcome = CheckOutcome(adapter.name, adapter.record, check, Outcome.PASS)
         if check in adapter.skip:
-            outcome.status, outcome.detail = "skipped", adapter.skip[check]
+            outcome.status, outcome.detail = Outcome.SKIPPED, adapter.skip[check]
         elif check in tally.pin_errors:  # a predicate or the wrapper failed on the pin
-            outcome.status, outcome.detail = "error", _error_text(tally.pin_errors[check])
+            outcome.status, outcome.detail = Outcome.ERROR, _error_text(tally.pin_errors[check])
         elif check not in run_names:  # a pin set aside by `keep`
             try:
                 outcome.status, outcome.detail = _set_aside_pin(adapter, base, check,
                                                                 candidate, plain)
             except HarnessError as err:
-                outcome.status, outcome.detail = "error", _error_text(err)
+                outcome.status, outcome.detail = Outcome.ERROR, _error_text(err)
         else:
             stats = CheckStats()
             started = time.perf_counter()
@@ -392,23 +391,24 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                           reproduce=reproduce, admits=_admits(adapter),
                           in_scope=_in_scope(adapter))
             except Unsatisfiable:
-                outcome.status = "not tested"
+                outcome.status = Outcome.NOT_TESTED
                 outcome.detail = "every generated input met a known divergence or was outside " \
                                  "the adapter's domain"
             except Exception as exc:  # noqa: BLE001 - a new divergence, reported
                 failure = describe(exc, stats, base.function)
-                outcome.status = "new" if failure.kind == "divergence" else "error"
+                outcome.status = Outcome.NEW if failure.kind == "divergence" else Outcome.ERROR
                 outcome.detail, outcome.notes = failure.message, failure.notes
-                if outcome.status == "new":
-                    outcome.traces = traces_to(base, check, stats.failing, failure.message)
+                if outcome.status == Outcome.NEW:
+                    outcome.traces = traces_to(base, check, stats.failing, "\n".join(
+                        [failure.message, *failure.notes]))
                 # a replayed failure prints no blob of its own: keep the one replayed
                 outcome.minimal = failure.minimal
                 outcome.blob = failure.blob or (reproduce[1] if reproduce else "")
             outcome.examples, outcome.seconds = stats.examples, time.perf_counter() - started
-            if outcome.status == "pass" and stats.notes:
+            if outcome.status == Outcome.PASS and stats.notes:
                 outcome.detail = "; ".join(stats.notes)  # e.g. a replay that passes now
-            if outcome.status == "pass" and outcome.examples == 0:
-                outcome.status = "not tested"
+            if outcome.status == Outcome.PASS and outcome.examples == 0:
+                outcome.status = Outcome.NOT_TESTED
                 outcome.detail = "no example reached the target"
         outcomes.append(outcome)
     known = [tally.entry(k) for k in adapter.known]
@@ -433,10 +433,12 @@ def traces_to(info: OpInfo, check: str, failing: Case | BadCase | None,
     if check == "errors" or (pin is not None and isinstance(pin.case, BadCase)):
         return ("skip", "errors")
     default = _layout_default(info)
-    prop = next((p for p in info.properties if f"property:{p.name}" == check), None)
+    # the property that failed: the check's, or the one a pin names in its failure
+    props = [p for p in info.properties if check == f"property:{p.name}"
+             or (pin is not None and re.search(rf"\bproperty {re.escape(p.name)}\b", detail))]
     case = pin.case if pin is not None else failing
     if default is not None and (
-            (prop is not None and "layout" in prop.varies)
+            any("layout" in p.varies for p in props)
             or (isinstance(case, Case) and Call.of(case, info.reference).arg("layout",
                                                                              default) != default)):
         return ("layout", default)
@@ -509,15 +511,15 @@ def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str, candidate: Candid
     pin = next(p for p in info.pins if f"pin:{p.name}" == check)
     call = adapter.call_of(pin.case)
     if not adapter.in_domain(call):
-        return "skipped", "input outside the adapter's domain"
+        return Outcome.SKIPPED, "input outside the adapter's domain"
     matching = adapter.matching(call)
     shown = observe(plain, pin.case, candidate)
     if shown.what == "agreed":
-        return "pass", f"matched {matching[0].name}, but the target agreed with the contract"
+        return Outcome.PASS, f"matched {matching[0].name}, but the target agreed with the contract"
     explained = [k.name for k in matching if k.describes(shown)]
     if explained:
-        return "known", ", ".join(explained)
-    return "new", f"matched {matching[0].name}, but the target {shown}"
+        return Outcome.KNOWN, ", ".join(explained)
+    return Outcome.NEW, f"matched {matching[0].name}, but the target {shown}"
 
 
 def fit_problem(adapter: Adapter, candidate: Candidate) -> str:
@@ -595,49 +597,6 @@ def fitting(adapters: list[Adapter]) -> list[Adapter]:
     return fit
 
 
-def main(args) -> int:
-    """`batchproof check` (see `batchproof.cli`): 0 no new divergence, 1 a new one, 2 a usage
-    error, 3 the target could not be imported or a check could not be carried out."""
-    from batchproof.cli import HARNESS, UsageError, reproduce_of, run_settings
-
-    profile = profiles.load(args.profile)
-    try:
-        scope = Scope.from_args(args)
-        for path in scope.adapter_files:
-            load_adapter_file(path)
-        selected = select_adapters(args.impl, args.op, args.adapter)
-        scope.validate(a.record for a in selected)
-        adapters = [scope.narrow(a) for a in selected
-                    if scope.checks is None
-                    or set(scope.checks) & set(registry.get(a.record).check_names())]
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    except FrameworkMissing as err:
-        print(f"batchproof: error: {err}", file=sys.stderr)
-        return HARNESS
-    reproduce = reproduce_of(args.reproduce)
-    custom = args.impl is not None and ":" in args.impl
-    reports = []
-    for chosen in adapters:
-        report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
-                             base_settings=run_settings(args.max_examples))
-        reports.append(report)
-        print_report(report, profile, replay=replayer(
-            args.impl, chosen, adapter=args.adapter or (None if custom else chosen.name),
-            profile=args.profile))
-    code = exit_code(reports)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
-                       "reports": [asdict(r) for r in reports]}, handle, indent=2)
-        console.print(f"report written to {args.json}", markup=False, highlight=False)
-    print_summary(reports)
-    hint = scope_hint(reports, args.impl, adapter=args.adapter, profile=args.profile)
-    if hint:
-        console.print(hint, markup=False, highlight=False, soft_wrap=True)
-    return code
-
-
 def run_adapter(chosen: Adapter, scope: Scope, **options: Any) -> AdapterReport:
     """One adapter's report; batchproof's own failure while checking it (the import of the
     framework, or any exception of batchproof's) is reported for that adapter, and the others
@@ -645,7 +604,7 @@ def run_adapter(chosen: Adapter, scope: Scope, **options: Any) -> AdapterReport:
     def failed(why: str, misfit: str = "") -> AdapterReport:
         wanted = [c for c in (scope.checks or registry.get(chosen.record).check_names())
                   if c in registry.get(chosen.record).check_names()]
-        outcomes = [] if misfit else [CheckOutcome(chosen.name, chosen.record, c, "error",
+        outcomes = [] if misfit else [CheckOutcome(chosen.name, chosen.record, c, Outcome.ERROR,
                                                    detail=why) for c in wanted]
         return AdapterReport(chosen.name, chosen.record, chosen.target, chosen.version(),
                              outcomes, [], 0, misfit=misfit, framework=chosen.framework,
@@ -719,14 +678,15 @@ def command_words(impl: str | None, chosen: Adapter, *, adapter: str | None = No
     return words + (["--profile", profile] if profile else [])
 
 
-_STYLE = {"pass": "[green]PASS[/green]", "new": "[red]NEW DIVERGENCE[/red]",
-          "known": "[yellow]known[/yellow]", "skipped": "[dim]skipped[/dim]",
-          "not tested": "[yellow]NOT TESTED[/yellow]", "error": "[red]ERROR[/red]",
-          "not run": "[red]NOT RUN[/red]"}
-_KNOWN_STYLE = {"confirmed": "confirmed", "not met": "[yellow]not met (no input matched: not "
-                "tested)[/yellow]", "not reproduced": "[yellow]not reproduced (matched, the "
+_STYLE = {Outcome.PASS: "[green]PASS[/green]", Outcome.NEW: "[red]NEW DIVERGENCE[/red]",
+          Outcome.KNOWN: "[yellow]known[/yellow]", Outcome.SKIPPED: "[dim]skipped[/dim]",
+          Outcome.NOT_TESTED: "[yellow]NOT TESTED[/yellow]", Outcome.ERROR: "[red]ERROR[/red]",
+          Outcome.NOT_RUN: "[red]NOT RUN[/red]"}
+_KNOWN_STYLE = {KnownStatus.CONFIRMED: "confirmed",
+                KnownStatus.NOT_MET: "[yellow]not met (no input matched: not "
+                "tested)[/yellow]", KnownStatus.NOT_REPRODUCED: "[yellow]not reproduced (matched, the "
                 "target agreed every time: fixed upstream?)[/yellow]",
-                "diverged otherwise": "[red]DIVERGED OTHERWISE (new)[/red]"}
+                KnownStatus.DIVERGED_OTHERWISE: "[red]DIVERGED OTHERWISE (new)[/red]"}
 
 
 def print_report(report: AdapterReport, profile: str, replay=None, console: Console = console
@@ -741,7 +701,7 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
             f"{report.misfit}. No check was run; an adapter for this version is needed "
             "(`batchproof list adapters`).")
         return
-    skipped = [o.check for o in report.outcomes if o.status == "skipped"]
+    skipped = [o.check for o in report.outcomes if o.status == Outcome.SKIPPED]
     say(f"scope: input forms {', '.join(report.forms)}"
         + (f"; outputs not compared: {', '.join(report.not_provided)}"
            if report.not_provided else "")
@@ -750,7 +710,7 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
     for column in ("check", "result", "examples", "time", "detail"):
         table.add_column(column, justify="right" if column in ("examples", "time") else "left")
     for o in report.outcomes:
-        detail = o.detail if o.status not in ("new", "error") else textwrap.shorten(
+        detail = o.detail if o.status not in (Outcome.NEW, Outcome.ERROR) else textwrap.shorten(
             o.detail.splitlines()[0], 80, placeholder=" ...")
         table.add_row(o.check, _STYLE[o.status], str(o.examples), f"{o.seconds:.1f}s",
                       escape(detail))
@@ -777,9 +737,9 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
     if report.unsupported:
         say(f"{report.unsupported} generated inputs were outside the adapter's domain (not run)")
     for o in report.outcomes:
-        if o.status not in ("new", "error"):
+        if o.status not in (Outcome.NEW, Outcome.ERROR):
             continue
-        label = "new divergence" if o.status == "new" else "error (batchproof's own)"
+        label = "new divergence" if o.status == Outcome.NEW else "error (batchproof's own)"
         console.rule(f"[red]{label}: {o.adapter} — {o.check}")
         for line in o.lines(replay(o) if replay else ""):
             say(line)

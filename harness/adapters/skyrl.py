@@ -47,7 +47,7 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
 from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
 from batchproof.reference._checks import check_pad_token_id
 from batchproof.registry import BadCase, Case
@@ -95,6 +95,26 @@ def import_preprocess() -> Any:
 # --------------------------------------------------------------------------- the wrappers
 
 
+def _length(value: Any) -> int | None:
+    """`len(value)`, or None when it has none (an int, a 0-d tensor)."""
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
+def _default_rows(responses: Any, fill: float) -> list[list[float]]:
+    """`[fill] * len(response)` for each response: the value SkyRL's required rewards /
+    loss_masks take when the contract's argument is None. Never raises: a response without a
+    length gets an empty row, and responses that are not rows give no rows (SkyRL then fails on
+    the responses themselves, as it would given the caller's own rows)."""
+    try:
+        rows = list(responses)
+    except TypeError:  # an int, a 0-d tensor
+        return []
+    return [[fill] * (_length(row) or 0) for row in rows]
+
+
 def rl_batch_adapter(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
     """SkyRL 0.3.0's function behind the `build_rl_batch` signature (left layout only)."""
 
@@ -102,17 +122,16 @@ def rl_batch_adapter(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
                        logprobs=None, layout="left", max_seq_len=None, device=None) -> TensorDict:
         if layout != "left":
             raise NotImplementedError("SkyRL builds the left layout only")
-        r_lens = [len(r) for r in responses]
         tokenizer = SimpleNamespace(pad_token_id=pad_token_id)
         # by keyword: 0.4.0's function (pad_token_id first) fails here on its signature
         sequences, attention, action, out_rewards, out_loss, out_logprobs, _ = convert(
             tokenizer=tokenizer, prompts=prompts, responses=responses,
-            rewards=rewards if rewards is not None else [[0.0] * n for n in r_lens],
-            loss_masks=loss_masks if loss_masks is not None else [[1] * n for n in r_lens],
+            rewards=rewards if rewards is not None else _default_rows(responses, 0.0),
+            loss_masks=loss_masks if loss_masks is not None else _default_rows(responses, 1),
             logprobs=logprobs, max_seq_len=max_seq_len)
         td = TensorDict({"input_ids": sequences, "attention_mask": attention,
                          "response_mask": action, "loss_mask": out_loss},
-                        batch_size=[len(prompts)])
+                        batch_size=[sequences.shape[0]])
         if rewards is not None:
             td["rewards"] = out_rewards
         if logprobs is not None:
@@ -126,14 +145,24 @@ def rl_batch_adapter(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
 
 
 # --------------------------------------------------------------------------- input conditions
+#
+# Every predicate is asked about valid and invalid inputs alike (`batchproof.adapters.Call`): an
+# argument may be an int, None, a str or a tensor where rows are expected, so each reads the
+# arguments through helpers that never raise.
 
 
 def _rows(value: Any) -> list | None:
     return list(value) if isinstance(value, (list, tuple)) else None
 
 
-def _response_lengths(case: Case) -> list[int]:
-    return [len(r) for r in case.args[1]]
+def _lengths(call: Call, name: str) -> list[int | None]:
+    """`len()` of each row of a list/tuple argument (None for a row without one); [] when the
+    argument is not a list or tuple."""
+    return [_length(row) for row in _rows(call.arg(name)) or []]
+
+
+def _response_lengths(call: Call) -> list[int | None]:
+    return _lengths(call, "responses")
 
 
 def _is_scalar(value: Any) -> bool:
@@ -151,74 +180,119 @@ def _is_per_token(value: Any) -> bool:
         _is_scalar(v) or v is None or isinstance(v, (bool, str, bytes)) for v in value)
 
 
-def has_scalar_reward(case: Case) -> bool:
-    rows = _rows(case.kwargs.get("rewards"))
+def has_scalar_reward(call: Call) -> bool:
+    rows = _rows(call.arg("rewards"))
     return rows is not None and any(_is_scalar(v) for v in rows)
 
 
-def has_length_mismatch(case: Case) -> bool:
+def has_scalar_mask_or_logprob_row(call: Call) -> bool:
+    """A loss_masks or logprobs row that is one number (a non-bool int or float, or a 0-d
+    tensor): SkyRL takes `len()` of every such row (TypeError); the contract allows a scalar
+    per sample for rewards only and raises ValueError. (A bool row is a TypeError on both
+    sides.)"""
+    return any(_is_scalar(row) for name in ("loss_masks", "logprobs")
+               for row in _rows(call.arg(name)) or [])
+
+
+def has_length_mismatch(call: Call) -> bool:
     """A per-token row whose length is not its response's length."""
-    r_lens = _response_lengths(case)
+    r_lens = _response_lengths(call)
     for name in PER_TOKEN:
-        rows = _rows(case.kwargs.get(name))
-        if rows is None:
-            continue
-        for value, n in zip(rows, r_lens):
-            if _is_per_token(value) and len(value) != n:
+        for value, n in zip(_rows(call.arg(name)) or [], r_lens):
+            if n is not None and _is_per_token(value) and len(value) != n:
                 return True
     return False
 
 
-def has_multi_dim_row(case: Case) -> bool:
-    """A per-token row that is a nested list or a tensor with more than one dimension."""
+def has_multi_dim_row(call: Call) -> bool:
+    """A per-token row that is a nested list or a tensor with more than one dimension. (A str
+    row, or a list holding a tensor, is neither: torch raises the contract's type there.)"""
     for name in PER_TOKEN:
-        for value in _rows(case.kwargs.get(name)) or []:
-            if not _is_scalar(value) and not _is_per_token(value):
+        for value in _rows(call.arg(name)) or []:
+            if isinstance(value, torch.Tensor) and value.dim() >= 2:
+                return True
+            if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple))
+                                                        for v in value):
                 return True
     return False
 
 
-def has_count_mismatch(case: Case) -> bool:
-    """An empty batch, or prompts/responses/rewards/loss_masks counts that differ."""
-    batch = len(case.args[0])
-    counts = [len(case.args[1])] + [len(rows) for name in ("rewards", "loss_masks")
-                                    if (rows := _rows(case.kwargs.get(name))) is not None]
+def has_count_mismatch(call: Call) -> bool:
+    """An empty batch, or prompts/responses/rewards/loss_masks counts that differ, where SkyRL's
+    `_verify_inputs` can count them (an argument without a length fails its `len()` with
+    TypeError first, the contract's type)."""
+    batch, responses = _length(call.arg("prompts")), _length(call.arg("responses"))
+    if batch is None or responses is None:
+        return False
+    counts = [responses] + [len(rows) for name in ("rewards", "loss_masks")
+                            if (rows := _rows(call.arg(name))) is not None]
     return batch == 0 or any(c != batch for c in counts)
 
 
-def has_logprobs_count_mismatch(case: Case) -> bool:
-    rows = _rows(case.kwargs.get("logprobs"))
-    return rows is not None and len(rows) != len(case.args[0])
+def has_logprobs_count_mismatch(call: Call) -> bool:
+    rows, batch = _rows(call.arg("logprobs")), _length(call.arg("prompts"))
+    return rows is not None and batch is not None and len(rows) != batch
 
 
-def all_rows_empty(case: Case) -> bool:
+def all_rows_empty(call: Call) -> bool:
     """Every prompt and every response is empty (the batch has width 0)."""
-    return all(len(p) + len(r) == 0 for p, r in zip(*case.args))
+    lengths = _lengths(call, "prompts") + _response_lengths(call)
+    return bool(lengths) and all(n == 0 for n in lengths)
 
 
-def has_non_int_pad(case: Case) -> bool:
+def has_non_int_pad(call: Call) -> bool:
     """A pad_token_id the contract rejects (`reference._checks.check_pad_token_id`)."""
     try:
-        check_pad_token_id(case.kwargs.get("pad_token_id"))
+        check_pad_token_id(call.arg("pad_token_id"))
     except (TypeError, ValueError):
         return True
     return False
 
 
-def has_non_int_token(case: Case) -> bool:
+def has_unchecked_pad(call: Call) -> bool:
+    """0.3.0: a pad_token_id the contract rejects where SkyRL does not raise the contract's
+    exception type. SkyRL writes the pad into its left-padded token lists and calls
+    `torch.tensor(sequences)`; the predicate replays that: where no row needs padding the pad is
+    never written and any value passes, a float or bool is written (accepted), and where torch
+    raises, its type decides (None: TypeError, an int beyond int64: ValueError, both the
+    contract's types; a str: another). Only for prompts and responses given as lists of lists
+    (other rows fail on their own first)."""
+    try:
+        check_pad_token_id(call.arg("pad_token_id"))
+    except (TypeError, ValueError) as err:
+        expected = type(err)
+    else:
+        return False
+    prompts, responses = _rows(call.arg("prompts")), _rows(call.arg("responses"))
+    if (prompts is None or responses is None
+            or not all(isinstance(row, list) for row in prompts + responses)):
+        return False
+    pad = call.arg("pad_token_id")
+    width = max((len(p) + len(r) for p, r in zip(prompts, responses)), default=0)
+    try:
+        torch.tensor([[pad] * (width - len(p) - len(r)) + p + r
+                      for p, r in zip(prompts, responses)])
+    except Exception as err:  # noqa: BLE001 - torch's type decides
+        return not isinstance(err, expected)
+    return True
+
+
+def has_non_int_token(call: Call) -> bool:
     """A token id that is not an int (a float, a str, None) in a prompt or response list, where
     SkyRL's `torch.tensor(sequences)` does not raise the contract's TypeError: it accepts a float
     and raises RuntimeError for None, ValueError for a str it meets first; a str after a number
     is torch's TypeError (so the predicate replays SkyRL's left-padded rows through torch)."""
-    prompts, responses = case.args[:2]
-    rows = [row for side in (prompts, responses) if isinstance(side, list) for row in side]
+    prompts, responses = _rows(call.arg("prompts")), _rows(call.arg("responses"))
+    if prompts is None or responses is None:
+        return False  # `len()` of the argument or list + str fails first (TypeError)
+    rows = prompts + responses
     if not any(isinstance(row, list) and any(not isinstance(v, int) for v in row)
                for row in rows):
         return False
     pairs = [(p, r) for p, r in zip(prompts, responses)
              if isinstance(p, list) and isinstance(r, list)]
     width = max((len(p) + len(r) for p, r in pairs), default=0)
-    pad = case.kwargs.get("pad_token_id", 0)
+    pad = call.arg("pad_token_id", 0)
     try:
         torch.tensor([[pad] * (width - len(p) - len(r)) + p + r for p, r in pairs])
     except TypeError:
@@ -228,7 +302,7 @@ def has_non_int_token(case: Case) -> bool:
     return True
 
 
-def has_unchecked_value(case: Case) -> bool:
+def has_unchecked_value(call: Call) -> bool:
     """A per-token entry that is not a number (None, str, bytes) where SkyRL's row conversions
     do not raise the contract's TypeError. Replays them in SkyRL's order (loss_masks, rewards,
     logprobs; `torch.tensor(row, dtype=torch.float)`, rewards without a dtype): the first row
@@ -236,7 +310,7 @@ def has_unchecked_value(case: Case) -> bool:
     dtype=float) is the divergence unless a later row raises TypeError."""
     accepted = False
     for name, dtype in (("loss_masks", torch.float), ("rewards", None), ("logprobs", torch.float)):
-        for row in _rows(case.kwargs.get(name)) or []:
+        for row in _rows(call.arg(name)) or []:
             if not isinstance(row, (list, tuple)) or not _is_per_token(row):
                 continue
             odd = any(v is None or isinstance(v, (str, bytes)) for v in row)
@@ -250,8 +324,32 @@ def has_unchecked_value(case: Case) -> bool:
     return accepted
 
 
-def left_layout(case: Case) -> bool:
-    return case.kwargs.get("layout", "left") == "left" and case.kwargs.get("device") is None
+def left_layout(call: Call) -> bool:
+    """The domain of both adapters: the left layout (SkyRL builds no other), no device (SkyRL
+    returns CPU tensors and takes no device argument)."""
+    return call.arg("layout", "left") == "left" and call.arg("device") is None
+
+
+def _token_tensors(call: Call) -> bool:
+    """prompts or responses given as a tensor, or holding a tensor row."""
+    for name in ("prompts", "responses"):
+        value = call.arg(name)
+        if isinstance(value, torch.Tensor) or any(
+                isinstance(row, torch.Tensor) for row in _rows(value) or []):
+            return True
+    return False
+
+
+def left_layout_token_lists(call: Call) -> bool:
+    """0.3.0's domain: `left_layout`, and prompts and responses as lists of token lists, never
+    tensors. 0.3.0 builds each row as `[pad] * k + prompts[i] + responses[i]`, list
+    concatenation: a tensor row (or a tensor of rows) raises TypeError ('can only concatenate
+    list (not "Tensor") to list') whatever it holds, valid ids included, so the function cannot
+    be given one (its signature: `List[List[int]]`; the adapter's forms are lists only). The
+    record's bad inputs and pins that hold tensor rows (`tensor_row_2d`, `jagged_3d_prompts`,
+    `tensor_row_float`, `jagged_float_prompts`) are outside it; 0.4.0 takes tensor rows and is
+    checked on them."""
+    return left_layout(call) and not _token_tensors(call)
 
 
 def as_left_layout(bad: BadCase) -> BadCase:
@@ -294,14 +392,15 @@ RL_BATCH_KNOWN = (
         doc="`logprobs` with more rows than samples raises IndexError; with fewer rows the "
             "missing rows are silently left at 0.0. The contract raises ValueError."),
     KnownDivergence(
-        "pad_token_id_unchecked", has_non_int_pad, kind="errors", upstream=UPSTREAM,
+        "pad_token_id_unchecked", has_unchecked_pad, kind="errors", upstream=UPSTREAM,
         accepts=True, raises=(RuntimeError, OverflowError, ValueError),
         doc="pad_token_id comes from the tokenizer and is not validated: a float or bool is "
             "written into the sequences (a float pad even turns them into float32), a str makes "
-            "torch.tensor raise ValueError, and an int beyond int64 fails in torch.tensor (or "
-            "passes when no row needs padding) instead of the contract's TypeError / ValueError "
-            "naming pad_token_id. (None raises torch's TypeError where a row needs padding: the "
-            "contract's type, so those inputs agree and the predicate reads as too broad.)"),
+            "torch.tensor raise ValueError, and where no row needs padding any value passes "
+            "(None, a str, an int beyond int64), instead of the contract's TypeError / "
+            "ValueError naming pad_token_id. (Written into a row, None raises torch's TypeError "
+            "and an int beyond int64 torch's ValueError: the contract's types, so the predicate "
+            "replays `torch.tensor` and leaves those inputs out.)"),
     KnownDivergence(
         "token_ids_unchecked", has_non_int_token, kind="errors", upstream=UPSTREAM,
         accepts=True, raises=(ValueError, RuntimeError),
@@ -326,6 +425,14 @@ RL_BATCH_KNOWN = (
         accepts=True, raises=RuntimeError,
         doc="a per-token row given as a nested list or 2-D tensor is broadcast into the row or "
             "fails with RuntimeError; the contract raises ValueError."),
+
+    KnownDivergence(
+        "scalar_row_type_error", has_scalar_mask_or_logprob_row, kind="errors",
+        upstream=UPSTREAM, raises=TypeError,
+        doc="a loss_masks or logprobs row given as one number (`loss_masks=[1.0]`, or a 0-d "
+            "tensor) fails `len(row)` with TypeError ('object of type 'float' has no len()'); "
+            "the contract allows a scalar per sample for rewards only and raises ValueError "
+            "naming the row. Found by the pin scalar_loss_mask (2026-11-26)."),
 )
 
 RL_BATCH = register_adapter(Adapter(
@@ -341,7 +448,7 @@ RL_BATCH = register_adapter(Adapter(
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),
     forms=("lists",),  # `prompts[i] + responses[i]` concatenates lists; tensors would add
-    supports=left_layout,
+    supports=left_layout_token_lists,
     valid=rl_batch_cases(layouts=("left",)),
     # bad inputs start from valid ones SkyRL takes: a scalar reward would fail first (TypeError,
     # `scalar_reward_rejected`) and hide the defect under test
@@ -373,17 +480,16 @@ def rl_batch_adapter_0_4(convert: Callable[..., Any]) -> Callable[..., TensorDic
                        logprobs=None, layout="left", max_seq_len=None, device=None) -> TensorDict:
         if layout != "left":
             raise NotImplementedError("SkyRL builds the left layout only")
-        r_lens = [len(r) for r in responses]
         # by keyword: 0.3.0's function (tokenizer first) fails here on its signature
         (sequences, attention, response_mask, out_rewards, out_loss, out_logprobs,
          _expert_indices, _sample_support) = convert(
             pad_token_id=pad_token_id, prompts=prompts, responses=responses,
-            rewards=rewards if rewards is not None else [[0.0] * n for n in r_lens],
-            loss_masks=loss_masks if loss_masks is not None else [[1] * n for n in r_lens],
+            rewards=rewards if rewards is not None else _default_rows(responses, 0.0),
+            loss_masks=loss_masks if loss_masks is not None else _default_rows(responses, 1),
             logprobs=logprobs, max_seq_len=max_seq_len)
         td = TensorDict({"input_ids": sequences, "attention_mask": attention,
                          "response_mask": response_mask, "loss_mask": out_loss},
-                        batch_size=[len(prompts)])
+                        batch_size=[sequences.shape[0]])
         if rewards is not None:
             td["rewards"] = out_rewards
         if out_logprobs is not None:  # `if logprobs:` in SkyRL: an empty list gives None
@@ -399,9 +505,29 @@ def rl_batch_adapter_0_4(convert: Callable[..., Any]) -> Callable[..., TensorDic
 # --------------------------------------------------------------------------- input conditions
 
 
-def _width(case: Case) -> int:
-    """T = max(p + r): the width of the sequences (0 when every row is empty)."""
-    return max((len(p) + len(r) for p, r in zip(*case.args)), default=0)
+def _token_rows(value: Any) -> list | None:
+    """The rows SkyRL 0.4.0 iterates in prompts or responses (`len(p) for p in prompts`, then
+    `buffer[i, a:b] = prompts[i]`): a list's or tuple's items, a str's characters, a tensor's
+    first-axis slices (a jagged tensor's rows); None for anything else (an int, None, bytes,
+    whose rows have no `len()`: TypeError, the contract's type)."""
+    if isinstance(value, (list, tuple, str)):
+        return list(value)
+    if isinstance(value, torch.Tensor) and (value.is_nested or value.dim() >= 1):
+        return list(value.unbind(0))
+    return None
+
+
+def _width(call: Call) -> int | None:
+    """T = max(p + r): the width of the sequences (0 when every row is empty); None when a row
+    has no length (SkyRL's `len()` fails on it first)."""
+    prompts = _token_rows(call.arg("prompts"))
+    responses = _token_rows(call.arg("responses"))
+    if prompts is None or responses is None:
+        return None
+    lengths = [(_length(p), _length(r)) for p, r in zip(prompts, responses)]
+    if any(p is None or r is None for p, r in lengths):
+        return None
+    return max((p + r for p, r in lengths), default=0)
 
 
 def _numpy_takes(shape: tuple[int, ...], width: int) -> bool:
@@ -417,60 +543,103 @@ def _numpy_takes(shape: tuple[int, ...], width: int) -> bool:
     return len(dims) == 1 and dims[0] in (target, 1)
 
 
-def _per_token_rows(case: Case):
-    """(argument name, row, response length, R) for every row of every per-token argument."""
-    r_lens = _response_lengths(case)
+def _per_token_rows(call: Call):
+    """(argument name, row, response length, R) for every row of every per-token argument;
+    nothing when a response has no length (SkyRL fails on it before reaching these rows)."""
+    r_lens = _response_lengths(call)
+    if any(n is None for n in r_lens):
+        return
     width = max(r_lens, default=0)
     for name in PER_TOKEN:
-        for value, n in zip(_rows(case.kwargs.get(name)) or [], r_lens):
+        for value, n in zip(_rows(call.arg(name)) or [], r_lens):
             yield name, value, n, width
 
 
-def has_taken_length_mismatch(case: Case) -> bool:
+def has_taken_length_mismatch(call: Call) -> bool:
     """A 1-D per-token row whose length L is not its response's and that NumPy's slice
     assignment takes anyway: L <= R (right-aligned by its own length onto other columns), or
     L == 1 when R == 0 (broadcast into an empty slice). Longer rows raise NumPy's ValueError,
     the contract's type."""
     return any(_is_per_token(value) and len(value) != n and _numpy_takes((len(value),), width)
-               for _, value, n, width in _per_token_rows(case))
+               for _, value, n, width in _per_token_rows(call))
 
 
-def has_taken_multi_dim_row(case: Case) -> bool:
+def _multi_dim_token_row_taken(row: Any) -> bool:
+    """A prompt or response row given as a tensor of 2 or more dimensions that NumPy's
+    `buffer[i, a:a + L] = row` (L = `len(row)`, its first dimension) takes: after its leading
+    1-sized dimensions are dropped, one dimension of length L or 1 is left (a (1, 1) row)."""
+    return (isinstance(row, torch.Tensor) and not row.is_nested and row.dim() >= 2
+            and _numpy_takes(tuple(row.shape), row.shape[0]))
+
+
+def has_taken_multi_dim_row(call: Call) -> bool:
     """A loss_masks/logprobs row given as a tensor of 2 or more dimensions that NumPy's slice
     assignment takes (its leading 1-sized dimensions dropped): a (1, 1) row, or a (1, 0) row when
-    R == 0. (`rewards` rows go through `_reward_to_numpy`, which rejects them with ValueError;
-    nested lists make NumPy raise ValueError: both the contract's type.)"""
-    return any(name != "rewards" and isinstance(value, torch.Tensor) and value.dim() >= 2
-               and _numpy_takes(tuple(value.shape), width)
-               for name, value, _, width in _per_token_rows(case))
+    R == 0; or a prompt/response row that is such a tensor (a (1, 1) row, in a list or a 3-D
+    jagged tensor). (`rewards` rows go through `_reward_to_numpy`, which rejects them with
+    ValueError; nested lists and other 2-D rows make NumPy raise ValueError: both the contract's
+    type.)"""
+    if any(name != "rewards" and isinstance(value, torch.Tensor) and value.dim() >= 2
+           and _numpy_takes(tuple(value.shape), width)
+           for name, value, _, width in _per_token_rows(call)):
+        return True
+    return any(_multi_dim_token_row_taken(row) for name in ("prompts", "responses")
+               for row in _token_rows(call.arg(name)) or [])
 
 
-def has_unchecked_value_0_4(case: Case) -> bool:
+def has_unchecked_value_0_4(call: Call) -> bool:
     """A rewards/loss_masks/logprobs entry that is None, a str or bytes (the contract raises
     TypeError): NumPy's float32 buffers take None as NaN and parse a numeric str or bytes. (A
     bool is 0.0 / 1.0 in the contract too.)"""
     return any(isinstance(value, (list, tuple))
                and any(v is None or isinstance(v, (str, bytes)) for v in value)
-               for _, value, _, _ in _per_token_rows(case))
+               for _, value, _, _ in _per_token_rows(call))
 
 
-def has_unchecked_pad_0_4(case: Case) -> bool:
+def has_unchecked_row_type_0_4(call: Call) -> bool:
+    """A per-token row that is a str or bytes (any of rewards, loss_masks, logprobs), or a
+    rewards row that is None or a bool: a rewards row goes through `np.asarray(row,
+    float32)` and `_reward_to_numpy` rejects the 0-d array with ValueError (or the str does not
+    parse: ValueError); a loss_masks/logprobs str row is one value that NumPy's slice assignment
+    parses and broadcasts (taken) or fails to parse (ValueError). The contract raises TypeError.
+    (A None or bool loss_masks/logprobs row fails `len()` with TypeError, the contract's
+    type.)"""
+    return any(isinstance(value, (str, bytes))
+               or (name == "rewards" and (value is None or isinstance(value, bool)))
+               for name, value, _, _ in _per_token_rows(call))
+
+
+def has_unchecked_pad_0_4(call: Call) -> bool:
     """A pad_token_id the contract rejects that `np.full(..., dtype=np.int64)` does not reject
     with the contract's TypeError: a float (truncated), a bool, a str (parsed, or ValueError), an
     int beyond int64 (OverflowError, whether or not a row needs padding). None raises TypeError
     (the contract's type) except on a batch of width 0, where np.full fills nothing."""
-    if not has_non_int_pad(case):
+    if not has_non_int_pad(call):
         return False
-    return case.kwargs.get("pad_token_id") is not None or _width(case) == 0
+    return call.arg("pad_token_id") is not None or _width(call) == 0
 
 
-def has_unchecked_token(case: Case) -> bool:
-    """A token id that is neither an int nor None (None raises TypeError in NumPy, the
-    contract's type): a float is truncated into the int64 buffer, a numeric str parsed."""
-    rows = [row for side in case.args[:2] if isinstance(side, list) for row in side]
-    return any(isinstance(row, list) and any(not isinstance(v, int) and v is not None
-                                             for v in row)
-               for row in rows)
+def _non_integer_tensor(row: Any) -> bool:
+    return (isinstance(row, torch.Tensor) and not row.is_nested and row.dim() == 1
+            and (row.is_floating_point() or row.is_complex() or row.dtype == torch.bool))
+
+
+def has_unchecked_token(call: Call) -> bool:
+    """A token the int64 buffer takes or rejects with another type than the contract's
+    TypeError: in a list row, an id that is neither an int nor None (a float is truncated, a
+    numeric str parsed; None raises TypeError in NumPy, the contract's type); a row that is a
+    str or bytes (NumPy parses it as one id and broadcasts it: '12' fills the row with 12, 'x'
+    raises ValueError), prompts or responses given as a str (its characters are the rows); a
+    1-D tensor row of floats, bools or complex numbers (cast: 1.5 becomes 1), in a list or a
+    jagged tensor."""
+    for name in ("prompts", "responses"):
+        for row in _token_rows(call.arg(name)) or []:
+            if isinstance(row, (str, bytes)) or _non_integer_tensor(row):
+                return True
+            if isinstance(row, list) and any(not isinstance(v, int) and v is not None
+                                             for v in row):
+                return True
+    return False
 
 
 # --------------------------------------------------------------------------- extra bad inputs
@@ -550,8 +719,12 @@ RL_BATCH_0_4_KNOWN = (
         doc="token ids are not type-checked, and the int64 buffer hides it: a float id is "
             "truncated (`[[1.5]]` becomes token 1; 0.3.0 at least turned the sequences into "
             "float32), a numeric str is parsed ('3' becomes token 3), another str or NaN raises "
-            "ValueError, inf OverflowError; None raises TypeError, the contract's type. The "
-            "contract raises TypeError naming the argument and row."),
+            "ValueError, inf OverflowError; None raises TypeError, the contract's type. Tensor "
+            "rows too: a float, bool or complex row tensor is cast (`[tensor([1.5])]` becomes "
+            "token 1, in a list or a jagged tensor: pins tensor_row_float, "
+            "jagged_float_prompts), and a str row is one id broadcast over the row ('12' for "
+            "a two-token prompt gives [12, 12]). The contract raises TypeError naming the "
+            "argument and row."),
     KnownDivergence(
         "per_token_value_types_unchecked", has_unchecked_value_0_4, kind="errors",
         upstream=UPSTREAM_0_4, accepts=True, raises=ValueError,
@@ -564,9 +737,28 @@ RL_BATCH_0_4_KNOWN = (
         "multi_dim_row_unchecked", has_taken_multi_dim_row, kind="errors",
         upstream=UPSTREAM_0_4, accepts=True,
         doc="a loss_masks/logprobs row given as a (1, 1) tensor (or (1, 0) when R == 0) is "
-            "taken: NumPy drops its leading dimension. The contract raises ValueError (other "
-            "2-D rows and nested lists raise NumPy's ValueError, the contract's type; 2-D "
+            "taken: NumPy drops its leading dimension; so is a prompt or response row given as "
+            "a (1, 1) tensor (in a list, or a 3-D jagged tensor). The contract raises ValueError "
+            "(other 2-D rows and nested lists raise NumPy's ValueError, the contract's type; 2-D "
             "rewards rows are rejected by `_reward_to_numpy`)."),
+    KnownDivergence(
+        "scalar_row_type_error", has_scalar_mask_or_logprob_row, kind="errors",
+        upstream=UPSTREAM_0_4, raises=TypeError,
+        doc="a loss_masks or logprobs row given as one number (`loss_masks=[1.0]`, or a 0-d "
+            "tensor) fails `len(row)` with TypeError, as in 0.3.0; the contract allows a scalar "
+            "per sample for rewards only and raises ValueError naming the row. Found by the pin "
+            "scalar_loss_mask (2026-11-26)."),
+    KnownDivergence(
+        "row_types_unchecked", has_unchecked_row_type_0_4, kind="errors",
+        upstream=UPSTREAM_0_4, accepts=True, raises=ValueError,
+        doc="a per-token row that is not a list is not type-checked: a rewards row that is a "
+            "str, bytes, None or a bool becomes a 0-d NumPy array that `_reward_to_numpy` "
+            "rejects with ValueError ('Expected a 1D per-token reward sequence, got shape ()'; "
+            "a non-numeric str: 'could not convert string to float'), and a loss_masks/logprobs "
+            "row that is a str is parsed as one value and broadcast (`loss_masks=['12']` for a "
+            "two-token response gives [12.0, 12.0]) or fails to parse (ValueError). The "
+            "contract raises TypeError naming the row. Found by the pin string_reward_row "
+            "(2026-11-26)."),
 )
 
 _INVALID_BASE_0_4 = rl_batch_cases(layouts=("left",), rewards=("none", "per_token"))

@@ -41,9 +41,15 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
-from batchproof.adapters import Adapter, FrameworkMissing, KnownDivergence, register_adapter
+from batchproof.adapters import (
+    Adapter,
+    FrameworkMissing,
+    KnownDivergence,
+    register_adapter,
+    values,
+)
 from batchproof.adapters.skyrl import typed_dict_for_pydantic
 from batchproof.ops import sft as ops
 from batchproof.reference import sft as oracle
@@ -78,8 +84,20 @@ def _tokenizer(pad_token_id: Any) -> SimpleNamespace:
 # --------------------------------------------------------------------------- wrappers
 
 
-def _collated(batch: Mapping, rows: int) -> TensorDict:
+def _count(examples: Any) -> int:
+    """`len(examples)`, or 0 when it has none: the batch size the wrappers pass to SkyRL's
+    collators (DefaultCollator ignores it; PackedDataCollator packs when it equals the one it
+    was built with, which the wrapper sets to the same number). Never raises: an input SkyRL
+    rejects reaches SkyRL."""
+    try:
+        return len(examples)
+    except Exception:  # noqa: BLE001 - an int, a 0-d TensorDict
+        return 0
+
+
+def _collated(batch: Mapping) -> TensorDict:
     """SkyRL's left-padded batch as the contract's TensorDict (loss mask as float32)."""
+    rows = batch["sequences"].shape[0]
     td = TensorDict({"input_ids": batch["sequences"], "attention_mask": batch["attention_mask"],
                      "loss_mask": batch["loss_mask"].to(torch.float32)}, batch_size=[rows])
     td.set_non_tensor("response_length", batch.metadata["response_length"])
@@ -92,8 +110,7 @@ def collate_adapter(collate_sft_batch: Callable[..., Any]) -> Callable[..., Tens
     def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> TensorDict:
         if normalize is not False or device is not None:
             raise NotImplementedError("collate_sft_batch neither normalizes nor moves")
-        batch = collate_sft_batch(examples, _tokenizer(pad_token_id))
-        return _collated(batch, len(examples))
+        return _collated(collate_sft_batch(examples, _tokenizer(pad_token_id)))
 
     return collate_sft
 
@@ -106,7 +123,7 @@ def default_collator_adapter(collator_class: type) -> Callable[..., TensorDict]:
         if normalize is not True or device is not None:
             raise NotImplementedError("DefaultCollator always normalizes, on the CPU")
         collator = collator_class(_tokenizer(pad_token_id), micro_train_batch_size_per_gpu=1)
-        return _collated(collator(examples, batch_size=len(examples)), len(examples))
+        return _collated(collator(examples, batch_size=_count(examples)))
 
     return collate_sft
 
@@ -128,7 +145,7 @@ def packed_adapter(collator_class: type, *, takes_recipe: bool = False
                  cp_size=1, fp8=False, fp8_recipe="tensorwise", device=None) -> TensorDict:
         if device is not None:
             raise NotImplementedError("PackedDataCollator packs on the CPU")
-        n = len(examples)
+        n = _count(examples)
         recipe = {"fp8_recipe": fp8_recipe} if takes_recipe else {}
         collator = collator_class(_tokenizer(pad_token_id), max_tokens_per_microbatch=capacity,
                                   tp_size=tp_size, pp_size=pp_size, cp_size=cp_size,
@@ -161,9 +178,41 @@ def ffd_adapter(make_seq_packer: Callable[..., Any]) -> Callable[..., list[list[
 # --------------------------------------------------------------------------- reading a case
 
 
-def _examples(case: Case) -> list | None:
-    """The examples argument when it is a list (the `lists` form), else None."""
+def _listed(case: Case) -> list | None:
+    """The examples argument when it is a list (the `lists` form), else None (what the
+    strategies change: a TensorDict batch is kept as it is)."""
     examples = case.args[0] if case.args else None
+    return examples if isinstance(examples, list) else None
+
+
+def _batch_rows(batch: TensorDictBase) -> list[dict] | None:
+    """The rows SkyRL iterates in a TensorDict batch (`for ex in examples`): each tensor
+    field's row i (a jagged field's i-th sequence), an integer 0-d num_actions as an int (as
+    `reference.sft.batch_rows` reads them); None for a batch without one batch dimension
+    (iterating it raises TypeError) or one that cannot be read."""
+    try:
+        if batch.batch_dims != 1:
+            return None
+        rows = []
+        for i in range(batch.batch_size[0]):
+            row = {key: batch.get(key)[i] for key in batch.keys() if not batch.is_non_tensor(key)}
+            actions = row.get("num_actions")
+            if (isinstance(actions, torch.Tensor) and actions.dim() == 0
+                    and not (actions.is_floating_point() or actions.is_complex()
+                             or actions.dtype == torch.bool)):
+                row["num_actions"] = int(actions)
+            rows.append(row)
+        return rows
+    except Exception:  # noqa: BLE001 - a predicate never raises: an unreadable batch has no rows
+        return None
+
+
+def _examples(case: Case) -> list | None:
+    """The examples as SkyRL iterates them: a list as given, a TensorDict batch as its rows
+    (`_batch_rows`); None for anything else (an int, a str, a 0-d TensorDict)."""
+    examples = case.args[0] if case.args else None
+    if isinstance(examples, TensorDictBase):
+        return _batch_rows(examples)
     return examples if isinstance(examples, list) else None
 
 
@@ -177,9 +226,12 @@ def _is_int(value: Any) -> bool:
 
 
 def _values(ex: Mapping, key: str) -> list:
+    """A field's values as a plain list: a list or tuple, a 1-D tensor's values; [] for
+    anything else (a tensor without readable values, such as one on the meta device, or of
+    another dimension; a str; None)."""
     value = ex.get(key)
     if isinstance(value, torch.Tensor):
-        return value.tolist() if value.dim() == 1 else []
+        return (values(value) or []) if not value.is_nested and value.dim() == 1 else []
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
@@ -232,17 +284,30 @@ def loss_not_int64(case: Case) -> bool:
 
 
 def loss_divided_differently(case: Case) -> bool:
-    """`loss_not_int64`, or an integer weight other than 0 and +-2**k: `x / total` and the
-    contract's `x * float32(1 / total)` can round apart (for 0/1 masks they never do)."""
-    if loss_not_int64(case):
-        return True
-    for ex in _mappings(case):
-        for v in _values(ex, "loss_mask"):
-            if _is_real(v) and v != 0:
-                magnitude = abs(int(v))
-                if magnitude & (magnitude - 1):
-                    return True
-    return False
+    """DefaultCollator's loss mask differs from the contract's: replays both on the weights.
+    SkyRL truncates each weight into its int64 mask (a NaN, an inf or a value beyond int64
+    raises: the divergence too), then divides by the int64 total (`mask.float() / max(total,
+    1)`); the contract multiplies the float32 weights by float32(1 / max(exact total, 1)).
+    They differ where a weight is truncated (unless the contract's product underflows to the
+    same value) or where the two roundings part (an integer weight other than 0 and +-2**k can
+    give another last bit). Weights that are not plain numbers (bad input) fall back to
+    `loss_not_int64`."""
+    weights = [v for ex in _mappings(case) for v in _values(ex, "loss_mask")]
+    if not all(isinstance(v, numbers.Real) for v in weights):
+        return loss_not_int64(case)
+    floats = [float(v) for v in weights]
+    if not all(math.isfinite(f) and -(2.0**63) <= f < 2.0**63 for f in floats):
+        return True  # SkyRL's int64 mask cannot hold it: it raises
+    if not floats:
+        return False
+    ints = torch.tensor([int(f) for f in floats], dtype=torch.int64)
+    skyrl = ints.float() / max(ints.sum().item(), 1)
+    given = torch.tensor(floats, dtype=torch.float32)
+    scale = torch.tensor(1.0 / max(oracle.exact_sum(given.tolist()), 1), dtype=torch.float32)
+    contract = given * scale
+    same = (skyrl.view(torch.int32) == contract.view(torch.int32)) | (
+        skyrl.isnan() & contract.isnan())
+    return not bool(same.all())
 
 
 def misses_key(case: Case) -> bool:
@@ -294,12 +359,12 @@ def packed_structure_unchecked(case: Case) -> bool:
 
 
 def attention_defect(case: Case) -> bool:
-    """An attention mask the contract rejects: wrong length, a value other than 0/1."""
+    """An attention mask the contract rejects: wrong length, a value other than 0/1 (a list or
+    a tensor, a TensorDict batch's row included)."""
     for ex in _mappings(case):
         mask, ids = ex.get("attention_mask"), ex.get("input_ids")
         s = _length(ids)
-        if (mask is None or isinstance(mask, torch.Tensor)
-                or (isinstance(ids, torch.Tensor) and ids.dim() != 1)):
+        if mask is None or (isinstance(ids, torch.Tensor) and ids.dim() != 1):
             continue  # (a multi-dimensional ids tensor is its own defect)
         if s is not None and _length(mask) != s:
             return True
@@ -398,11 +463,23 @@ def loss_values_str(case: Case) -> bool:
             and _length(examples[0].get("loss_mask")) == 1)
 
 
+def _text_or_complex_loss_mask(case: Case) -> bool:
+    """A loss mask given as a str or bytes (not a list of values), or as a complex tensor."""
+    return any(isinstance(ex.get("loss_mask"), (str, bytes))
+               or (isinstance(ex.get("loss_mask"), torch.Tensor) and ex["loss_mask"].is_complex())
+               for ex in _mappings(case))
+
+
 def packed_loss_values_unchecked(case: Case) -> bool:
     """A str or bytes loss value (`float()` takes both), or any bad value where the packer never
-    reads it: full[0], the first token's mask value (it is no target)."""
+    reads it: full[0], the first token's mask value (it is no target); or a loss mask given as a
+    str or bytes (`list(loss_mask)`: its characters, each through `float()`) or as a complex
+    tensor (`float()` of each complex value: its real part, or RuntimeError when the imaginary
+    part is not 0)."""
     if any(isinstance(v, (str, bytes)) for ex in _mappings(case)
            for v in _values(ex, "loss_mask")):
+        return True
+    if _text_or_complex_loss_mask(case):
         return True
     for ex in _mappings(case):
         full = _full_mask(ex)
@@ -456,6 +533,25 @@ def sizes_unchecked(case: Case) -> bool:
     fewer_than_dp = (isinstance(dp, float) and examples is not None and len(examples) < dp)
     return (isinstance(sizes["pp_size"], float) or isinstance(kw.get("capacity"), float)
             or kw.get("capacity", 0) is None or fewer_than_dp)
+
+
+def _devices(case: Case) -> set[str]:
+    """The devices of the examples' tensor fields."""
+    return {value.device.type for ex in _mappings(case) for value in ex.values()
+            if isinstance(value, torch.Tensor)}
+
+
+def on_several_devices(case: Case) -> bool:
+    """Tensor fields on more than one device (the record's pin puts a loss mask on the meta
+    device, standing for a second device on a machine with one)."""
+    return len(_devices(case)) > 1
+
+
+def unbatched_tensordict(case: Case) -> bool:
+    """Examples given as a TensorDict without a batch dimension: `for ex in examples` raises
+    TypeError ('iteration over a 0-d tensordict'); the contract raises ValueError."""
+    examples = case.args[0] if case.args else None
+    return isinstance(examples, TensorDictBase) and examples.batch_dims == 0
 
 
 def fp8_not_bool(case: Case) -> bool:
@@ -512,9 +608,23 @@ def _torch_sum(matrix: list) -> float:
     return float(torch.tensor(matrix, dtype=torch.float32).sum()) if matrix and matrix[0] else 0.0
 
 
+def _narrowed(case: Case) -> Case | None:
+    """The case in the record's lossy input form (`ops.NARROW_FORM`: loss masks as float16 or
+    bfloat16 tensors, by the batch size), whose rounded weights both sides are given: a weight
+    past 65504 is inf in float16. None when the case cannot take that form."""
+    try:
+        return ops._to_narrow_tensors(case)
+    except Exception:  # noqa: BLE001 - an input the form cannot convert: no such call
+        return None
+
+
 def packed_total_truncated(case: Case) -> bool:
-    """skyrl 0.3.0: `int(loss_mask.sum())` (torch, float32) is the normalizer."""
-    return _skyrl_total_differs(case, _torch_sum)
+    """skyrl 0.3.0: `int(loss_mask.sum())` (torch, float32) is the normalizer; on the case as
+    drawn or in the lossy float16 / bfloat16 form it is also given (`_narrowed`)."""
+    if _skyrl_total_differs(case, _torch_sum):
+        return True
+    narrowed = _narrowed(case)
+    return narrowed is not None and _skyrl_total_differs(narrowed, _torch_sum)
 
 
 def ffd_lengths_unchecked(case: Case) -> bool:
@@ -535,7 +645,7 @@ def ffd_min_bins_zero(case: Case) -> bool:
 def _with_attention_masks(case: Case) -> Case:
     """Every example without an attention mask gets an all-ones one (as SkyRL's tokenizers
     build them), so a defect under test is reached."""
-    examples = _examples(case)
+    examples = _listed(case)
     if examples is None:
         return case
     filled = [dict(ex, attention_mask=[1] * len(ex["input_ids"]))
@@ -548,7 +658,7 @@ def _with_attention_masks(case: Case) -> Case:
 def _integer_weights(case: Case) -> Case:
     """Float loss weights replaced by 0/1 (bad values of other types kept), so that a weight
     SkyRL handles its own way does not fail first and hide the defect under test."""
-    examples = _examples(case)
+    examples = _listed(case)
     if examples is None:
         return case
     changed = []
@@ -598,6 +708,36 @@ def normalize_is(value: bool) -> Callable[[Case], bool]:
 
 def on_cpu(case: Case) -> bool:
     return case.kwargs.get("device") is None
+
+
+TENSOR_FIELDS = ("input_ids", "attention_mask", "loss_mask")
+
+
+def _holds_tensors(case: Case) -> bool:
+    """The examples are a TensorDict batch, or an example holds a tensor field."""
+    examples = case.args[0] if case.args else None
+    if isinstance(examples, TensorDictBase):
+        return True
+    return any(isinstance(ex.get(key), torch.Tensor)
+               for ex in _mappings(case) for key in TENSOR_FIELDS)
+
+
+def collate_domain_03(normalize: bool) -> Callable[[Case], bool]:
+    """skyrl 0.3.0's `collate_sft_batch` (and DefaultCollator, which calls it): `normalize_is`,
+    and examples as lists. It builds each row by list concatenation (`[pad] * k +
+    ex["input_ids"]`, `[0] * k + ex["attention_mask"]`, `[0] * k + ex["loss_mask"]`), so a
+    tensor field raises TypeError ('can only concatenate list (not "Tensor") to list') whatever
+    it holds, valid values included, and a TensorDict batch is rows of tensors (or, without a
+    batch dimension, cannot be iterated: TypeError): inputs the function cannot be given (its
+    examples are the tokenizer's lists; the adapter's forms are lists only). The record's pins
+    and bad inputs that hold tensors are outside this domain; 0.4.0 fills NumPy buffers, takes
+    tensors, and is checked on them."""
+    in_normalize = normalize_is(normalize)
+
+    def supports(case: Case) -> bool:
+        return in_normalize(case) and not _holds_tensors(case)
+
+    return supports
 
 
 # --------------------------------------------------------------------------- known divergences
@@ -659,11 +799,6 @@ def collate_known(upstream: str, *, normalized: bool) -> tuple[KnownDivergence, 
             doc="pad_token_id comes from the tokenizer and is not validated: unused when no row "
                 "needs padding, a float or bool is written (truncated), a str raises ValueError; "
                 "the contract raises TypeError / ValueError whenever it is not an int64."),
-        KnownDivergence(
-            "multi_dim_ids_type_error", multi_dim_ids, kind="errors", upstream=upstream,
-            raises=TypeError,
-            doc="input_ids as a 2-D tensor fail on `list + Tensor` (TypeError); the contract "
-                "raises ValueError (a field must be 1-D)."),
     )
 
 
@@ -683,6 +818,23 @@ def _sizes(case: Case) -> tuple[int, int, int, bool] | None:
 def _recipe(case: Case) -> str | None:
     recipe = case.kwargs.get("fp8_recipe", "tensorwise")
     return recipe if recipe in oracle.FP8_RECIPES else None
+
+
+def unknown_recipe(case: Case) -> bool:
+    """An fp8_recipe the contract rejects (not one of its recipes: another str, None)."""
+    return "fp8_recipe" in case.kwargs and _recipe(case) is None
+
+
+def unknown_recipe_04(case: Case) -> bool:
+    """`unknown_recipe`, except 'auto' with FP8 on (truthy): 0.4.0's `_fp8_token_align` refuses
+    it with ValueError, the contract's type."""
+    if not unknown_recipe(case):
+        return False
+    try:
+        fp8_on = bool(case.kwargs.get("fp8"))
+    except Exception:  # noqa: BLE001 - a value without a truth value: SkyRL's `if` raises
+        return False
+    return not (case.kwargs.get("fp8_recipe") == "auto" and fp8_on)
 
 
 def skyrl_03_align(tp: int, cp: int, fp8: bool) -> int:
@@ -733,10 +885,13 @@ PACK_KNOWN_03 = (
             "or a RuntimeError (or passes, 1 x 1); the contract raises TypeError / ValueError."),
     KnownDivergence(
         "loss_values_unchecked", packed_loss_values_unchecked, kind="errors",
-        upstream=PACKER_03, accepts=True,
+        upstream=PACKER_03, accepts=True, raises=(ValueError, RuntimeError),
         doc="loss values go through `float()`: '1' and b'1' are accepted as 1.0, and a value at "
-            "full[0] (the first token, never a target) is never read at all; the contract "
-            "raises TypeError."),
+            "full[0] (the first token, never a target) is never read at all; a loss mask given "
+            "as a str is read character by character (`'10'` is the mask [1.0, 0.0]; a "
+            "character that is no number: ValueError), a complex tensor by its real parts "
+            "(RuntimeError where an imaginary part is not 0); the contract raises TypeError "
+            "(pins loss_mask_a_string, complex_loss_mask)."),
     KnownDivergence(
         "pad_token_id_unchecked", packed_pad_unchecked, kind="errors", upstream=PACKER_03,
         accepts=True, raises=(RuntimeError, OverflowError),
@@ -764,10 +919,25 @@ PACK_KNOWN_03 = (
             "128*tp*cp and 32*tp*cp (docs/sft.md, FP8 alignment). SkyRL bug for per-tensor "
             "4 | tp (fix: lcm(layout, 16*cp, 8*tp*cp)); 0.4.0 takes the recipe."),
     KnownDivergence(
-        "fp8_recipe_unchecked", lambda case: _recipe(case) is None and "fp8_recipe" in
-        case.kwargs, kind="errors", upstream=PACKER_03, accepts=True,
+        "fp8_recipe_unchecked", unknown_recipe, kind="errors", upstream=PACKER_03,
+        accepts=True,
         doc="0.3.0 has no recipe argument: an unknown fp8_recipe ('auto', None) is not "
             "rejected; the contract raises ValueError / TypeError."),
+
+    KnownDivergence(
+        "devices_unchecked", on_several_devices, kind="errors", upstream=PACKER_03,
+        accepts=True, raises=RuntimeError,
+        doc="examples holding tensors on several devices are not rejected: each loss value is "
+            "read with `float()`, and the record's pin (a loss mask on the meta device, standing "
+            "for a second device) fails there with RuntimeError ('Tensor.item() cannot be called "
+            "on meta tensors'); the contract raises ValueError naming the devices (pin "
+            "tensors_on_two_devices)."),
+    KnownDivergence(
+        "unbatched_tensordict_type_error", unbatched_tensordict, kind="errors",
+        upstream=PACKER_03, raises=TypeError,
+        doc="examples given as a TensorDict without a batch dimension fail `for ex in "
+            "examples` with TypeError ('iteration over a 0-d tensordict'); the contract raises "
+            "ValueError (pin batch_without_batch_dimension)."),
 )
 
 FFD_KNOWN = (
@@ -794,7 +964,8 @@ register_adapter(Adapter(
     importing=typed_dict_for_pydantic,
     doc="SkyRL's left-padding SFT collate function against collate_sft(normalize=False)",
     forms=("lists",),  # `[pad] * k + input_ids` concatenates lists
-    supports=normalize_is(False), valid=collate_valid(False), invalid=collate_invalid(False),
+    supports=collate_domain_03(False), valid=collate_valid(False),
+    invalid=collate_invalid(False),
     known=collate_known(TRAINER_03, normalized=False),
 ))
 
@@ -805,7 +976,7 @@ register_adapter(Adapter(
     importing=typed_dict_for_pydantic,
     doc="SkyRL's DefaultCollator (collate + token-mean loss normalization) against "
         "collate_sft(normalize=True)",
-    forms=("lists",), supports=normalize_is(True), valid=collate_valid(True),
+    forms=("lists",), supports=collate_domain_03(True), valid=collate_valid(True),
     invalid=collate_invalid(True), known=collate_known(COLLATORS_03, normalized=True),
 ))
 
@@ -857,6 +1028,39 @@ def length1_loss_broadcast(case: Case) -> bool:
         elif m != n or not 1 <= n <= s:
             return False
     return found
+
+
+def _ids_taken_04(ids: Any) -> bool:
+    """Whether 0.4.0's `sequences_np[i, pad:] = ex["input_ids"]` takes the ids: a 1-D tensor
+    (of any dtype: cast) or a one-cell tensor, a list or tuple of numbers (floats truncated)
+    or of strs that parse as ints."""
+    if isinstance(ids, torch.Tensor):
+        return not ids.is_nested and (ids.dim() == 1 or (ids.dim() >= 2 and ids.numel() == 1))
+    return isinstance(ids, (list, tuple)) and all(
+        (isinstance(v, numbers.Real) and not _beyond_int64(v))
+        or (isinstance(v, str) and v.strip().lstrip("+-").isdigit()) for v in ids)
+
+
+def lacks_attention_mask_04(case: Case) -> bool:
+    """An example without `attention_mask` (or with None) that 0.4.0's collate reaches: every
+    num_actions an int (else `np.zeros((N, max num_actions))` raises TypeError first), and, as
+    it fills example after example, ids before attention, every example up to that one with ids
+    NumPy takes (`_ids_taken_04`; tensors included, unlike 0.3.0's list concatenation)."""
+    examples = _mappings(case)
+    if not examples or len(examples) != len(_examples(case) or []):
+        return False
+    if not all("input_ids" in ex and "num_actions" in ex and "loss_mask" in ex
+               for ex in examples):
+        return False  # a missing key is a KeyError first (missing_key_error)
+    if not all(_is_int(ex["num_actions"]) and not isinstance(ex["num_actions"], bool)
+               for ex in examples):
+        return False  # np.zeros((N, max num_actions)) raises TypeError first
+    for ex in examples:
+        if not _ids_taken_04(ex.get("input_ids")):
+            return False
+        if ex.get("attention_mask") is None:
+            return True
+    return False
 
 
 def collate_structure_unchecked_04(case: Case) -> bool:
@@ -961,9 +1165,12 @@ def packed_ids_unchecked_04(case: Case) -> bool:
 
 def packed_loss_values_unchecked_04(case: Case) -> bool:
     """`np.asarray(loss_mask, dtype=float32)` parses '1' / b'1' and turns None into NaN (a NaN
-    total then raises ValueError; a None at full[0], never a target, passes)."""
-    return any(isinstance(v, (str, bytes)) or v is None for ex in _mappings(case)
-               for v in _values(ex, "loss_mask"))
+    total then raises ValueError; a None at full[0], never a target, passes); a loss mask given
+    as a str is one parsed value broadcast over the response ('10' -> 10.0 for every token; a
+    non-number: ValueError), a complex tensor loses its imaginary part."""
+    return _text_or_complex_loss_mask(case) or any(
+        isinstance(v, (str, bytes)) or v is None for ex in _mappings(case)
+        for v in _values(ex, "loss_mask"))
 
 
 def sizes_unchecked_04(case: Case) -> bool:
@@ -1094,10 +1301,11 @@ def collate_known_04(upstream: str, *, normalized: bool) -> tuple[KnownDivergenc
                "+-2**k can round apart" if normalized else "") + ".")
     return (
         KnownDivergence(
-            "attention_mask_required", lacks_attention_mask, kind="both", upstream=upstream,
+            "attention_mask_required", lacks_attention_mask_04, kind="both", upstream=upstream,
             raises=(KeyError, TypeError),
-            doc="every example must carry `attention_mask`: absent -> KeyError, None -> "
-                "TypeError; the contract treats absent/None as all ones."),
+            doc="every example must carry `attention_mask`: absent -> KeyError (also in a "
+                "TensorDict batch without that field), None -> TypeError; the contract treats "
+                "absent/None as all ones."),
         weights,
         KnownDivergence(
             "missing_key_error", misses_key, kind="errors", upstream=upstream, raises=KeyError,
@@ -1140,8 +1348,18 @@ def collate_known_04(upstream: str, *, normalized: bool) -> tuple[KnownDivergenc
             "one_cell_2d_ids", one_cell_2d_ids, kind="errors", upstream=upstream, accepts=True,
             doc="input_ids as a (1, 1) tensor fill the one-token slot; the contract raises "
                 "ValueError (a field must be 1-D)."),
-    )
+    ) + (() if normalized else (  # (the record's only such input, a pin, has no normalize)
+        KnownDivergence(
+            "unbatched_tensordict_type_error", unbatched_tensordict, kind="errors",
+            upstream=upstream, raises=TypeError,
+            doc="examples given as a TensorDict without a batch dimension fail `max(len(ex["
+                "'input_ids']) for ex in examples)` with TypeError ('iteration over a 0-d "
+                "tensordict'); the contract raises ValueError (pin "
+                "batch_without_batch_dimension)."),
+    ))
 
+
+PACK_FORMS_04 = tuple(name for name in ops.FORMS if name != ops.NARROW_FORM)
 
 PACK_KNOWN_04 = (
     KnownDivergence(
@@ -1197,7 +1415,10 @@ PACK_KNOWN_04 = (
         upstream=PACKER_04, accepts=True, raises=ValueError,
         doc="`np.asarray(loss_mask, dtype=float32)`: '1' and b'1' are parsed, None becomes "
             "NaN (a NaN total raises ValueError: cannot convert float NaN to integer; at "
-            "full[0] it is never a target and passes); the contract raises TypeError."),
+            "full[0] it is never a target and passes); a loss mask given as a str is one parsed "
+            "value broadcast over the response (`'10'` is 10.0 on every response token), a "
+            "complex tensor loses its imaginary parts (NumPy's ComplexWarning); the contract "
+            "raises TypeError (pins loss_mask_a_string, complex_loss_mask)."),
     KnownDivergence(
         "pad_token_id_unchecked", pad_unchecked_04, kind="errors", upstream=PACKER_04,
         accepts=True, raises=OverflowError,
@@ -1215,6 +1436,28 @@ PACK_KNOWN_04 = (
         raises=ValueError,
         doc="fp8_enabled is used for its truthiness (1, 'fp8' turn FP8 on: aligned packing, "
             "which can raise ValueError on an aligned length over the capacity)."),
+
+    KnownDivergence(
+        "fp8_recipe_unchecked", unknown_recipe_04, kind="errors", upstream=ALIGN_04,
+        accepts=True,
+        doc="fp8_recipe is not validated: without FP8 it is never read, and with FP8 only "
+            "'auto' is refused (ValueError, the contract's type); any other value but 'mxfp8' "
+            "(None, 5) is aligned like block scaling. The contract raises TypeError for a "
+            "non-str and ValueError for an unknown recipe."),
+    KnownDivergence(
+        "devices_unchecked", on_several_devices, kind="errors", upstream=PACKER_04,
+        accepts=True, raises=TypeError,
+        doc="examples holding tensors on several devices are not rejected: each field goes "
+            "through `np.asarray`, and the record's pin (a loss mask on the meta device, "
+            "standing for a second device) fails there with TypeError ('can't convert meta "
+            "device type tensor to numpy'); the contract raises ValueError naming the devices "
+            "(pin tensors_on_two_devices)."),
+    KnownDivergence(
+        "unbatched_tensordict_type_error", unbatched_tensordict, kind="errors",
+        upstream=PACKER_04, raises=TypeError,
+        doc="examples given as a TensorDict without a batch dimension fail `for ex in "
+            "examples` with TypeError ('iteration over a 0-d tensordict'); the contract raises "
+            "ValueError (pin batch_without_batch_dimension)."),
 )
 
 register_adapter(Adapter(
@@ -1245,7 +1488,10 @@ register_adapter(Adapter(
     importing=typed_dict_for_pydantic,
     doc="SkyRL 0.4's PackedDataCollator (the contract's fp8_recipe passed through) against "
         "pack_sft",
-    forms=None, supports=on_cpu,
+    # every input form but float16 / bfloat16 loss-mask tensors: NumPy has no bfloat16
+    # (`np.asarray(loss_mask, dtype=np.float32)` raises TypeError 'Got unsupported ScalarType
+    # BFloat16'), a dtype the packer cannot be given; that form draws it for half the batches
+    forms=PACK_FORMS_04, supports=on_cpu,
     invalid=ops.bad_pack_cases().map(_on_bad(lambda c: _integer_weights(_without_fp8(c)))),
     known=PACK_KNOWN_04, not_provided=("position_ids", "cu_seqlens_padded"),
 ))

@@ -40,12 +40,15 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
 from batchproof.adapters.huggingface import flattened_batch
 from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
 from batchproof.ops.sft import ffd_cases
 from batchproof.ops.varlen import bad_pack_cases
 from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference.rl_batch import build_rl_batch as rl_contract
+from batchproof.reference.sft import ffd_bins as ffd_contract
+from batchproof.reference.varlen import pack_varlen as pack_contract
 from batchproof.registry import Case
 
 SFT_UPSTREAM = "trl/trainer/sft_trainer.py, DataCollatorForLanguageModeling.torch_call (trl 1.16.0)"
@@ -113,12 +116,29 @@ def packed_adapter(collator_class: Callable[..., Any]) -> Callable[..., TensorDi
 # --------------------------------------------------------------------------- input conditions
 
 
-def _rows(case: Case) -> tuple[Any, Any]:
-    return case.args[-2], case.args[-1]
+def _call(case: Case, contract: Callable[..., Any]) -> Call:
+    """The `Call` a predicate is given (the runner's); a plain `Case` (a test's, a strategy
+    filter's) read the same way, against `contract`'s signature."""
+    return case if isinstance(case, Call) else Call.of(case, contract)
 
 
-def _is_list_row(row: Any) -> bool:
-    return isinstance(row, list)
+def _token_rows(value: Any) -> list[list] | None:
+    """`value` when it is a list of token lists (what a dataset row or GRPO's generation
+    gives), else None."""
+    if isinstance(value, list) and all(isinstance(row, list) for row in value):
+        return value
+    return None
+
+
+def _samples(case: Case) -> tuple[list[list], list[list]] | None:
+    """(prompts, responses) when the collator's examples can be made of them: lists of token
+    lists, as many prompts as responses; None for anything else (an int, a str or a tensor row,
+    counts that differ), which no divergence but the domain is about."""
+    call = _call(case, pack_contract)
+    prompts, responses = _token_rows(call.arg("prompts")), _token_rows(call.arg("responses"))
+    if prompts is None or responses is None or len(prompts) != len(responses):
+        return None
+    return prompts, responses
 
 
 def pack_domain(case: Case) -> bool:
@@ -126,40 +146,33 @@ def pack_domain(case: Case) -> bool:
     many prompts as responses, no device, positions from 0 (it has no `position_ids_start`).
     Other defects of the contract (counts that differ, tensor or str rows) concern the split
     into two arguments, which TRL's examples do not have."""
-    prompts, responses = _rows(case)
-    start = case.kwargs.get("position_ids_start", 0)
-    return (isinstance(prompts, list) and isinstance(responses, list)
-            and len(prompts) == len(responses)
-            and all(_is_list_row(r) for r in prompts + responses)
-            and case.kwargs.get("device") is None
+    call = _call(case, pack_contract)
+    start = call.arg("position_ids_start", 0)
+    return (_samples(case) is not None and call.arg("device") is None
             and type(start) is int and start == 0)
+
+
+def _multiple(case: Case) -> Any:
+    return _call(case, pack_contract).arg("pad_to_multiple", 1)
 
 
 def _pad_length(case: Case) -> int:
     """Tail-pad length of the packed row (0 unless pad_to_multiple is an int >= 1)."""
-    prompts, responses = _rows(case)
-    multiple = case.kwargs.get("pad_to_multiple", 1)
+    multiple = _multiple(case)
     if not isinstance(multiple, int) or isinstance(multiple, bool) or multiple < 1:
         return 0
-    total = sum(len(p) + len(r) for p, r in zip(prompts, responses))
-    return -total % multiple
-
-
-def _all_int_tokens(case: Case) -> bool:
-    prompts, responses = _rows(case)
-    return all(isinstance(v, int) and not isinstance(v, bool)
-               for row in prompts + responses for v in row)
+    return -_total(case) % multiple
 
 
 def tail_pad_split(case: Case) -> bool:
     """A tail pad of two or more tokens (one pad token is one segment in both)."""
-    return _pad_length(case) >= 2
+    return _samples(case) is not None and _pad_length(case) >= 2
 
 
 def has_empty_sample(case: Case) -> bool:
     """A sample with no token (p + r == 0)."""
-    prompts, responses = _rows(case)
-    return any(len(p) + len(r) == 0 for p, r in zip(prompts, responses))
+    samples = _samples(case)
+    return samples is not None and any(len(p) + len(r) == 0 for p, r in zip(*samples))
 
 
 def some_samples_empty(case: Case) -> bool:
@@ -169,14 +182,15 @@ def some_samples_empty(case: Case) -> bool:
 
 def all_samples_empty(case: Case) -> bool:
     """No token at all (every sample empty): nothing to pack, N = 0 for the contract."""
-    prompts, responses = _rows(case)
-    return len(prompts) > 0 and all(len(p) + len(r) == 0 for p, r in zip(prompts, responses))
+    samples = _samples(case)
+    return (samples is not None and len(samples[0]) > 0
+            and all(len(p) + len(r) == 0 for p, r in zip(*samples)))
 
 
 def bad_pad_token_id(case: Case) -> bool:
     """A pad_token_id the contract rejects, except a str or None (`pad` fills its output with
     `torch.full(..., padding_value)`, which raises TypeError for them: the contract's type)."""
-    value = case.kwargs.get("pad_token_id", 0)
+    value = _call(case, pack_contract).arg("pad_token_id", 0)
     try:
         check_pad_token_id(value)
     except (TypeError, ValueError):
@@ -185,15 +199,18 @@ def bad_pad_token_id(case: Case) -> bool:
 
 
 def _total(case: Case) -> int:
-    prompts, responses = _rows(case)
-    return sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    """sum(p + r): the packed row's length before the tail pad (0 without samples)."""
+    samples = _samples(case)
+    return 0 if samples is None else sum(len(p) + len(r) for p, r in zip(*samples))
 
 
 def bad_multiple(case: Case) -> bool:
     """pad_to_multiple not an int >= 1 that `pad` does not reject with TypeError: a bool, an
     int < 1, a float the row length is already a multiple of (with any other float, and with a
     str, `pad` raises TypeError: the contract's type)."""
-    multiple = case.kwargs.get("pad_to_multiple", 1)
+    multiple = _multiple(case)
+    if _samples(case) is None:
+        return False
     if isinstance(multiple, bool):
         return True
     if isinstance(multiple, int):
@@ -204,17 +221,20 @@ def bad_multiple(case: Case) -> bool:
 
 
 def empty_batch(case: Case) -> bool:
-    return len(_rows(case)[0]) == 0
+    samples = _samples(case)
+    return samples is not None and len(samples[0]) == 0
 
 
 def empty_prompt_with_response(case: Case) -> bool:
-    prompts, responses = _rows(case)
-    return any(len(p) == 0 < len(r) for p, r in zip(prompts, responses))
+    samples = _samples(case)
+    return samples is not None and any(len(p) == 0 < len(r) for p, r in zip(*samples))
 
 
 def non_int_token(case: Case) -> bool:
     """A token id that is not an int, or is a bool."""
-    return not _all_int_tokens(case)
+    samples = _samples(case)
+    return samples is not None and any(not isinstance(v, int) or isinstance(v, bool)
+                                       for row in samples[0] + samples[1] for v in row)
 
 
 PAD_TOKEN_KNOWN = KnownDivergence(
@@ -368,7 +388,9 @@ PADDING_FREE_PACKED = register_adapter(Adapter(
 def grpo_pad_adapter(pad: Callable[..., Any]) -> Callable[..., TensorDict]:
     """`trl.trainer.utils.pad` composed as GRPOTrainer composes it, behind `build_rl_batch`
     (layout "two_segment"; `loss_masks` play GRPO's `tool_mask`, `logprobs` its
-    `sampling_per_token_logps`)."""
+    `sampling_per_token_logps`). Its own steps (`torch.tensor` of each row, `torch.cat`, the
+    tool-mask product, the TensorDict) are batchproof's reproduction of GRPO's lines: they must
+    not fail, and `grpo_domain` admits only inputs they can carry (`grpo_composable`)."""
 
     def build_rl_batch(prompts, responses, *, pad_token_id, rewards=None, loss_masks=None,
                        logprobs=None, layout="left", max_seq_len=None, device=None
@@ -384,6 +406,10 @@ def grpo_pad_adapter(pad: Callable[..., Any]) -> Callable[..., TensorDict]:
         completion_mask = [torch.ones_like(ids, dtype=torch.long) for ids in completion_ids]
         completion_ids = pad(completion_ids, padding_value=pad_token_id, padding_side="right")
         completion_mask = pad(completion_mask, padding_value=0, padding_side="right")
+        rollout_logprobs = None
+        if logprobs is not None:  # GRPO reads a None logprob (vLLM's NaN) as NaN
+            rollout_logprobs = pad([torch.tensor(_none_as_nan(row)) for row in logprobs],
+                                   padding_value=0.0, padding_side="right")
         loss_mask = completion_mask
         if loss_masks is not None:
             tool_mask = pad([torch.tensor(m) for m in loss_masks], padding_value=1,
@@ -396,9 +422,8 @@ def grpo_pad_adapter(pad: Callable[..., Any]) -> Callable[..., TensorDict]:
             # GRPO multiplies its int64 0/1 loss mask into float losses; the contract's is float32
             "loss_mask": loss_mask.to(torch.float32),
         }, batch_size=[len(prompts)])
-        if logprobs is not None:
-            td["rollout_logprobs"] = pad([torch.tensor(x) for x in logprobs], padding_value=0.0,
-                                         padding_side="right")
+        if rollout_logprobs is not None:
+            td["rollout_logprobs"] = rollout_logprobs
         td.set_non_tensor("max_response_length", completion_ids.shape[1])
         td.set_non_tensor("layout", layout)
         td.set_non_tensor("pad_token_id", pad_token_id)
@@ -407,27 +432,107 @@ def grpo_pad_adapter(pad: Callable[..., Any]) -> Callable[..., TensorDict]:
     return build_rl_batch
 
 
+def _grpo_sides(case: Case) -> tuple[list[list], list[list]] | None:
+    """(prompts, responses) when both are lists of token lists (what GRPO's generation gives),
+    else None (an int, a str, a tensor or jagged batch: a bad input only the domain is
+    about). Their counts may differ."""
+    call = _call(case, rl_contract)
+    prompts, responses = _token_rows(call.arg("prompts")), _token_rows(call.arg("responses"))
+    return None if prompts is None or responses is None else (prompts, responses)
+
+
 def grpo_domain(case: Case) -> bool:
     """two_segment, no rewards (GRPO keeps one reward per sample, never laid out per token), no
-    device, lists of lists (GRPO's generation returns token lists)."""
-    prompts, responses = case.args[0], case.args[1]
-    return (case.kwargs.get("layout") == "two_segment" and case.kwargs.get("rewards") is None
-            and case.kwargs.get("device") is None
-            and isinstance(prompts, list) and isinstance(responses, list)
-            and all(isinstance(r, list) for r in prompts + responses))
+    device, lists of lists (GRPO's generation returns token lists), and only inputs GRPO's
+    composition around `pad` can carry (`grpo_composable`)."""
+    call = _call(case, rl_contract)
+    return (call.arg("layout") == "two_segment" and call.arg("rewards") is None
+            and call.arg("device") is None and grpo_composable(case))
+
+
+def _none_as_nan(row: Any) -> Any:
+    """A logprob row as GRPO hands it to `torch.tensor`: a None entry (vLLM's NaN) read as NaN
+    (`_generate_and_score_completions`, trl 1.16.0)."""
+    return [float("nan") if x is None else x for x in row]
+
+
+def _converted(row: Any, *, logprobs: bool = False) -> torch.Tensor | None:
+    """The tensor GRPO's `torch.tensor(row)` makes of a row before `pad` (a logprob row through
+    `_none_as_nan`), or None where it raises (a None or str id, a non-number entry)."""
+    if logprobs:
+        if not isinstance(row, (list, tuple)):
+            return None
+        row = _none_as_nan(row)
+    try:
+        return torch.tensor(row)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        return None
+
+
+def _tool_mask_broadcasts(rows: list[torch.Tensor], batch: int, width: int) -> bool:
+    """Whether `completion_mask * tool_mask` (shapes (B, width) and `pad`'s output of the tool
+    mask rows) broadcasts to a batch of B rows. Rows `pad` itself raises on (of unequal
+    dimensions, or 0-d) are TRL's exception: True (`pad` raises before the product)."""
+    dims = {t.dim() for t in rows}
+    if not rows or len(dims) != 1 or 0 in dims:
+        return True
+    padded = (len(rows), *(max(t.shape[d] for t in rows) for d in range(rows[0].dim())))
+    try:
+        shape = torch.broadcast_shapes((batch, width), padded)
+    except (RuntimeError, ValueError):
+        return False
+    return shape[0] == batch
+
+
+def grpo_composable(case: Case) -> bool:
+    """Inputs GRPO's lines around `pad` can carry to the end. `pad` takes tensors; GRPOTrainer
+    turns its generated token lists (and tool masks, logprobs) into tensors with `torch.tensor`,
+    concatenates prompts and completions, multiplies the completion mask by the tool mask, and
+    builds every list from one generation, so they come in equal numbers. The adapter reproduces
+    those lines; where they raise, batchproof's code raises, not TRL's (an AdapterError), so
+    these inputs are outside the domain: rows `torch.tensor` cannot convert (a None or str id or
+    entry) or token rows that are not 1-D, prompts / completions / tool masks / logprobs in
+    different numbers, per-token arguments that are not lists, a tool mask that does not
+    broadcast against the completions. Everything else reaches `pad`, and what it raises there
+    is TRL's."""
+    sides = _grpo_sides(case)
+    if sides is None:
+        return False
+    prompts, responses = sides
+    batch = len(prompts)
+    if len(responses) != batch:
+        return False
+    tokens = [_converted(row) for row in prompts + responses]
+    if any(t is None or t.dim() != 1 for t in tokens):
+        return False
+    width = max((len(r) for r in responses), default=0)
+    call = _call(case, rl_contract)
+    for name in PER_TOKEN:
+        value = call.arg(name)
+        if value is None:
+            continue
+        if not isinstance(value, list) or len(value) != batch:
+            return False
+        rows = [_converted(row, logprobs=name == "logprobs") for row in value]
+        if any(t is None for t in rows):
+            return False
+        if name == "loss_masks" and not _tool_mask_broadcasts(rows, batch, width):
+            return False
+    return True
 
 
 def first_row_empty(case: Case) -> bool:
     """prompts[0] or responses[0] is empty: `pad` takes its output dtype from the first row."""
-    prompts, responses = case.args[0], case.args[1]
-    return bool(prompts) and (len(prompts[0]) == 0 or len(responses[0]) == 0)
+    sides = _grpo_sides(case)
+    return (sides is not None and all(sides)
+            and (len(sides[0][0]) == 0 or len(sides[1][0]) == 0))
 
 
 PER_TOKEN = ("loss_masks", "logprobs")
 
 
 def _per_token_rows(case: Case, name: str) -> list | None:
-    rows = case.kwargs.get(name)
+    rows = _call(case, rl_contract).arg(name)
     return list(rows) if isinstance(rows, (list, tuple)) else None
 
 
@@ -437,32 +542,30 @@ def _nested(row: Any) -> bool:
     return isinstance(row, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in row)
 
 
-def grpo_counts_differ(case: Case) -> bool:
-    """prompts / responses / loss_masks / logprobs counts that differ (B >= 1)."""
-    prompts, responses = case.args[0], case.args[1]
-    counts = {len(prompts), len(responses)} | {
-        len(rows) for name in PER_TOKEN if (rows := _per_token_rows(case, name)) is not None}
-    return len(prompts) > 0 and len(counts) > 1
+def _length(row: Any) -> int | None:
+    try:
+        return len(row)
+    except TypeError:  # an int, a float, a 0-d tensor
+        return None
 
 
 def grpo_length_mismatch(case: Case) -> bool:
     """A loss_masks / logprobs row (a flat one) whose length is not its response's."""
-    r_lens = [len(r) for r in case.args[1]]
-    return any(not _nested(row) and len(row) != n
+    sides = _grpo_sides(case)
+    if sides is None:
+        return False
+    r_lens = [len(r) for r in sides[1]]
+    return any(not _nested(row) and _length(row) is not None and len(row) != n
                for name in PER_TOKEN for row, n in zip(_per_token_rows(case, name) or [], r_lens))
 
 
-def grpo_non_number_value(case: Case) -> bool:
-    """A loss_masks / logprobs row holding a non-number that `torch.tensor` rejects with another
-    type than the contract's TypeError: None anywhere (RuntimeError), a str first (ValueError).
-    A str or bytes after a number, or bytes first, is torch's TypeError: the contract's type."""
-    def wrong_type(row) -> bool:
-        if not any(v is None or isinstance(v, (str, bytes)) for v in row):
-            return False
-        return any(v is None for v in row) or isinstance(row[0], str)
-
-    return any(isinstance(row, (list, tuple)) and wrong_type(row)
-               for name in PER_TOKEN for row in _per_token_rows(case, name) or [])
+def grpo_none_logprob(case: Case) -> bool:
+    """A logprobs row holding None (GRPO reads it as NaN). A None or str anywhere else, and a
+    str logprob, are outside the domain: GRPO's `torch.tensor` of the row raises
+    (`grpo_composable`)."""
+    return _grpo_sides(case) is not None and any(
+        isinstance(row, (list, tuple)) and any(v is None for v in row)
+        for row in _per_token_rows(case, "logprobs") or [])
 
 
 def grpo_all_rows_nested(case: Case) -> bool:
@@ -470,6 +573,8 @@ def grpo_all_rows_nested(case: Case) -> bool:
     `pad` (which pads dimension 0 and keeps the others) stacks them without complaint; a mix of
     flat and nested rows makes its `np.max` over the shapes raise ValueError (the contract's
     type)."""
+    if _grpo_sides(case) is None:
+        return False
     for name in PER_TOKEN:
         rows = _per_token_rows(case, name)
         if rows and all(_nested(row) for row in rows):
@@ -477,15 +582,12 @@ def grpo_all_rows_nested(case: Case) -> bool:
     return False
 
 
-def grpo_bad_token(case: Case) -> bool:
-    """A float or None token id, or a row made of str ids only (`torch.tensor` of a row that mixes
-    ints and strs raises TypeError: the contract's type)."""
-    for row in list(case.args[0]) + list(case.args[1]):
-        if any(isinstance(v, float) or v is None for v in row):
-            return True
-        if row and all(isinstance(v, str) for v in row):
-            return True
-    return False
+def grpo_float_token(case: Case) -> bool:
+    """A float token id (`torch.tensor` makes that side float32). A None or str id is outside
+    the domain: GRPO's `torch.tensor` of the row raises (`grpo_composable`)."""
+    sides = _grpo_sides(case)
+    return sides is not None and any(isinstance(v, float) for row in sides[0] + sides[1]
+                                     for v in row)
 
 
 GRPO_KNOWN = (
@@ -499,41 +601,33 @@ GRPO_KNOWN = (
             "`torch.tensor(ids, dtype=torch.long)` (and/or a `dtype=` argument of `pad`)."),
     dataclasses.replace(PAD_TOKEN_KNOWN, upstream=PAD_UPSTREAM),
     KnownDivergence(
-        "token_ids_unchecked", grpo_bad_token, kind="errors", upstream=GRPO_UPSTREAM,
-        accepts=True, raises=(RuntimeError, ValueError),
-        doc="token ids are not type-checked: a float id makes that side float32 (accepted), None "
-            "raises RuntimeError ('Could not infer dtype of NoneType'), a row of str ids "
-            "ValueError ('too many dimensions'); the contract raises TypeError naming the row. "
-            "GRPO's ids come from its own generation, so this is unvalidated internal data, not "
-            "a reachable bug."),
-    KnownDivergence(
-        "counts_unchecked", grpo_counts_differ, kind="errors", upstream=GRPO_UPSTREAM,
-        raises=RuntimeError,
-        doc="prompt / completion counts that differ fail in `torch.cat` (RuntimeError 'Sizes of "
-            "tensors must match'); a tool mask or logprob list with another number of rows fails "
-            "in the broadcast `completion_mask * tool_mask`, or is kept as a tensor of another "
-            "batch size (here the adapter's TensorDict raises RuntimeError 'batch dimension "
-            "mismatch'; GRPO would carry it on). The contract raises ValueError. Internal data "
-            "in GRPO."),
+        "token_ids_unchecked", grpo_float_token, kind="errors", upstream=GRPO_UPSTREAM,
+        accepts=True,
+        doc="token ids are not type-checked: a float id makes that side float32 and is "
+            "accepted (`torch.tensor(ids)`, then `pad` keeps the dtype); the contract raises "
+            "TypeError naming the row. GRPO's ids come from its own generation, so this is "
+            "unvalidated internal data, not a reachable bug. (A None or str id makes GRPO's "
+            "own `torch.tensor(ids)` raise before `pad`: outside the adapter's domain.)"),
     KnownDivergence(
         "per_token_length_unchecked", grpo_length_mismatch, kind="errors",
-        upstream=GRPO_UPSTREAM, accepts=True, raises=RuntimeError,
+        upstream=GRPO_UPSTREAM, accepts=True,
         doc="a tool mask / logprob row whose length is not its completion's is padded on its own: "
             "a short tool mask is padded with 1, so the completion tokens it does not cover are "
             "silently trained; a long one writes past the completion (hidden by "
-            "`completion_mask`) or, as the widest row, fails the broadcast with RuntimeError; "
-            "logprob rows shift silently. The contract raises ValueError naming the row. "
-            "Internal data in GRPO (its tool loop builds both from the same tokens)."),
+            "`completion_mask`); logprob rows shift silently. The contract raises ValueError "
+            "naming the row. Internal data in GRPO (its tool loop builds both from the same "
+            "tokens). (A tool mask wider than every completion makes GRPO's own "
+            "`completion_mask * tool_mask` fail to broadcast: outside the adapter's domain.)"),
     KnownDivergence(
-        "per_token_values_unchecked", grpo_non_number_value, kind="errors",
-        upstream=PAD_UPSTREAM, accepts=True, raises=(RuntimeError, ValueError),
-        doc="per-token entries go straight to `torch.tensor`: a None entry raises RuntimeError "
-            "('Could not infer dtype of NoneType'), a str as the row's first entry ValueError "
-            "('too many dimensions'); the contract raises TypeError naming the row (other "
-            "non-numbers raise torch's TypeError, the contract's type). Internal data in GRPO."),
+        "none_logprob_read_as_nan", grpo_none_logprob, kind="errors", upstream=GRPO_UPSTREAM,
+        accepts=True,
+        doc="a None logprob is accepted: GRPO reads it as NaN before `torch.tensor` (vLLM "
+            "reports a NaN logprob as None) and leaves the NaN out of its importance-sampling "
+            "correction; the contract raises TypeError naming the row. A deliberate TRL choice, "
+            "a contract difference."),
     KnownDivergence(
         "multi_dim_row_unchecked", grpo_all_rows_nested, kind="errors", upstream=PAD_UPSTREAM,
-        accepts=True, raises=RuntimeError,
+        accepts=True,
         doc="`pad` pads any number of dimensions: when every per-token row is nested (a (1, n) "
             "row) they are stacked into a 3-D tensor and broadcast against the 2-D completion "
             "mask without error; the contract raises ValueError."),
@@ -603,32 +697,44 @@ def bfd_bins_adapter(pack_dataset: Callable[..., Any]) -> Callable[..., list[lis
     return ffd_bins
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bfd_args(case: Case) -> tuple[list[int], int] | None:
+    """(lengths, capacity) when a dataset can be made of them: a non-empty list of int lengths
+    (sample i a sequence of lengths[i] tokens) and an int capacity (`seq_length`); else None."""
+    call = _call(case, ffd_contract)
+    lengths, capacity = call.arg("lengths"), call.arg("capacity")
+    if (isinstance(lengths, list) and len(lengths) > 0 and all(_is_int(n) for n in lengths)
+            and _is_int(capacity)):
+        return lengths, capacity
+    return None
+
+
 def bfd_domain(case: Case) -> bool:
     """What a dataset of sequences can express: int lengths (a sequence of n tokens), an int
     capacity (`seq_length`), no bin-count adjustment (BFD has none)."""
-    lengths, capacity = case.args[0], case.args[1]
-    return (isinstance(lengths, list) and len(lengths) > 0
-            and all(isinstance(n, int) and not isinstance(n, bool) for n in lengths)
-            and isinstance(capacity, int) and not isinstance(capacity, bool)
-            and case.kwargs.get("min_bins", 1) == 1 and case.kwargs.get("bin_multiple", 1) == 1)
-
-
-def _int_capacity(case: Case) -> int:
-    return case.args[1]
+    call = _call(case, ffd_contract)
+    return (_bfd_args(case) is not None
+            and call.arg("min_bins", 1) == 1 and call.arg("bin_multiple", 1) == 1)
 
 
 def length_over_capacity(case: Case) -> bool:
-    lengths, capacity = case.args[0], _int_capacity(case)
-    return capacity >= 1 and any(n > capacity for n in lengths)
+    found = _bfd_args(case)
+    return found is not None and found[1] >= 1 and any(n > found[1] for n in found[0])
 
 
 def non_positive_length(case: Case) -> bool:
-    lengths, capacity = case.args[0], _int_capacity(case)
-    return capacity >= 1 and any(n < 1 for n in lengths)
+    found = _bfd_args(case)
+    return found is not None and found[1] >= 1 and any(n < 1 for n in found[0])
 
 
-def capacity_below_one(case: Case) -> bool:
-    return _int_capacity(case) < 1
+def capacity_zero(case: Case) -> bool:
+    """capacity 0 (a negative one fails in pyarrow with ArrowInvalid, a ValueError: the
+    contract's type)."""
+    found = _bfd_args(case)
+    return found is not None and found[1] == 0
 
 
 BFD_UPSTREAM = "trl/data_utils.py, pack_dataset / _pack_bfd (trl 1.16.0)"
@@ -650,15 +756,15 @@ BFD_KNOWN = (
             "null)\"). The contract raises ValueError for a length < 1. (A negative length "
             "cannot come from a dataset: the adapter builds it as an empty sequence.)"),
     KnownDivergence(
-        "capacity_unchecked", capacity_below_one, kind="errors", upstream=BFD_UPSTREAM,
-        raises=(AssertionError, ValueError),
+        "capacity_unchecked", capacity_zero, kind="errors", upstream=BFD_UPSTREAM,
+        raises=AssertionError,
         doc="seq_length is not validated: 0 fails the segment tree's `assert 0 < val <= "
-            "self.maxval` (AssertionError, gone under `python -O`); a negative one fails in "
-            "`pc.list_slice` with pyarrow's ArrowInvalid ('`start`(0) should be greater than or "
-            "equal to 0 and not greater than `stop`(-3)'), a subclass of ValueError, which "
-            "batchproof's error check (exact type) counts as another type. The contract raises "
-            "ValueError naming capacity."),
+            "self.maxval` (AssertionError, gone under `python -O`); the contract raises "
+            "ValueError naming capacity. (A negative one fails in `pc.list_slice` with pyarrow's "
+            "ArrowInvalid, a subclass of ValueError: the contract's type, which the error check "
+            "accepts since issue 27.)"),
 )
+
 
 def _without_adjustment(case: Case) -> Case:
     """The contract's valid call without min_bins / bin_multiple (BFD has no bin-count

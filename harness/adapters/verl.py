@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,7 +30,7 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict, TensorDictBase
 
-from batchproof.adapters import Adapter, KnownDivergence, register_adapter
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
 from batchproof.registry import BadCase, Case
 
 UPSTREAM = "verl/utils/seqlen_balancing.py (verl 0.9.1)"
@@ -45,41 +47,55 @@ def partitions_adapter(verl_function: Callable[..., Any]) -> Callable[..., list[
     return partitions
 
 
-def _values(case: Case) -> list | None:
-    values = case.args[0]
-    return list(values) if isinstance(values, (list, tuple)) else None
+def _values(call: Call) -> list | None:
+    """values as a plain list: a list or tuple, or a 1-D tensor's `tolist()`; None otherwise
+    (an int, a str, a tensor of another rank or on the meta device)."""
+    values = call.arg("values")
+    if isinstance(values, torch.Tensor) and values.dim() != 1:
+        return None
+    return Call.values(values)
 
 
-def _k(case: Case) -> Any:
-    return case.args[1]
+def _k(call: Call) -> Any:
+    return call.arg("k")
 
 
-def k_out_of_range(case: Case) -> bool:
-    k, values = _k(case), _values(case)
+def k_out_of_range(call: Call) -> bool:
+    k, values = _k(call), _values(call)
     return (values is not None and isinstance(k, int) and not isinstance(k, bool)
             and not 1 <= k <= len(values))
 
 
-def equal_size_not_divisible(case: Case) -> bool:
-    k = _k(case)
-    values = _values(case)
-    return (bool(case.kwargs.get("equal_size")) and values is not None and isinstance(k, int)
+def equal_size_not_divisible(call: Call) -> bool:
+    k = _k(call)
+    values = _values(call)
+    return (bool(call.arg("equal_size")) and values is not None and isinstance(k, int)
             and k > 0 and len(values) % k != 0)
 
 
-def bad_value(case: Case) -> bool:
-    """A negative, non-finite or bool value."""
+def bad_value(call: Call) -> bool:
+    """A negative, non-finite or bool value, in a list or a 1-D tensor (a bool tensor's values
+    are bools)."""
     return any(isinstance(v, bool) or (isinstance(v, (int, float)) and not (
-        math.isfinite(v) and v >= 0)) for v in _values(case) or [])
+        math.isfinite(v) and v >= 0)) for v in _values(call) or [])
 
 
-def k_is_bool(case: Case) -> bool:
-    return isinstance(_k(case), bool)
+def values_tensor_not_real_1d(call: Call) -> bool:
+    """A values tensor with rows that is not 1-D (2-D or more), or 1-D and complex."""
+    values = call.arg("values")
+    if not isinstance(values, torch.Tensor) or values.is_meta or values.is_nested:
+        return False
+    return values.dim() >= 1 and values.shape[0] > 0 and (
+        values.dim() >= 2 or values.is_complex())
 
 
-def float_k_over_n(case: Case) -> bool:
+def k_is_bool(call: Call) -> bool:
+    return isinstance(_k(call), bool)
+
+
+def float_k_over_n(call: Call) -> bool:
     """A non-int k (e.g. 2.0) above the number of values: verl's `k <= n` assert fires first."""
-    k, values = _k(case), _values(case)
+    k, values = _k(call), _values(call)
     return (isinstance(k, float) and values is not None and math.isfinite(k)
             and k > len(values))
 
@@ -101,9 +117,20 @@ PARTITION_KNOWN = (
     KnownDivergence(
         "values_unchecked", bad_value, kind="errors", upstream=UPSTREAM,
         accepts=True,
-        doc="negative, NaN/inf and bool values are accepted; with negative values or NaN the "
-            "state order is not total and the partition depends on heap internals. The contract "
-            "raises ValueError (TypeError for bool)."),
+        doc="negative, NaN/inf and bool values are accepted, in a list or a 1-D tensor (a bool "
+            "tensor too); with negative values or NaN the state order is not total and the "
+            "partition depends on heap internals. The contract raises ValueError (TypeError for "
+            "bool)."),
+    KnownDivergence(
+        "values_tensor_unchecked", values_tensor_not_real_1d, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=RuntimeError,
+        doc="a values tensor's rank and dtype are not checked: verl iterates it and compares "
+            "its elements as tensors. A 2-D tensor of one column (each row a 1-element tensor) "
+            "and a complex tensor of one value are accepted; more columns fail with "
+            "RuntimeError ('Boolean value of Tensor with more than one value is ambiguous'), "
+            "more complex values with NotImplementedError ('lt_cpu' not implemented for "
+            "'ComplexFloat', a RuntimeError). The contract raises ValueError (not 1-D) or "
+            "TypeError (complex)."),
     KnownDivergence(
         "bool_k_accepted", k_is_bool, kind="errors", upstream=UPSTREAM,
         accepts=True,
@@ -167,28 +194,37 @@ def micro_batches_adapter(rearrange: Callable[..., Any]) -> Callable[..., list[l
     return micro_batches
 
 
-def _lengths(case: Case) -> list:
-    lengths = case.args[0]
-    return list(lengths) if isinstance(lengths, (list, tuple, torch.Tensor)) else []
+def _lengths(call: Call) -> list:
+    """lengths as plain values (a list, a tuple, a 1-D tensor's `tolist()`); [] otherwise."""
+    lengths = call.arg("lengths")
+    if isinstance(lengths, torch.Tensor) and lengths.dim() != 1:
+        return []
+    return Call.values(lengths) or []
 
 
-def expressible_as_mask(case: Case) -> bool:
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def expressible_as_mask(call: Call) -> bool:
     """verl takes an attention mask: at least one sample, integer lengths."""
-    lengths = _lengths(case)
-    return bool(lengths) and all(isinstance(n, int) and not isinstance(n, bool) for n in lengths)
+    lengths = _lengths(call)
+    return bool(lengths) and all(_int(n) for n in lengths)
 
 
-def micro_checked_by_assert(case: Case) -> bool:
-    lengths, budget = _lengths(case), case.args[1]
-    group = case.kwargs.get("group_size", 1)
-    return (isinstance(budget, int) and budget < max(lengths, default=0)) or (
-        isinstance(group, int) and group > 0 and len(lengths) % group != 0)
+def micro_checked_by_assert(call: Call) -> bool:
+    lengths, budget = _lengths(call), call.arg("max_tokens")
+    group = call.arg("group_size")
+    longest = max((n for n in lengths if _int(n)), default=0)
+    return (_int(budget) and budget < longest) or (
+        _int(group) and group > 0 and len(lengths) % group != 0)
 
 
-def micro_unchecked(case: Case) -> bool:
-    budget = case.args[1]
-    return (0 in _lengths(case) or case.kwargs.get("min_count") == 0
-            or (isinstance(budget, int) and budget < 1))
+def micro_unchecked(call: Call) -> bool:
+    budget, min_count = call.arg("max_tokens"), call.arg("min_count")
+    return (any(_int(n) and n == 0 for n in _lengths(call))
+            or (isinstance(min_count, (int, float)) and min_count == 0)
+            or (_int(budget) and budget < 1))
 
 
 MICRO_KNOWN = (
@@ -220,6 +256,10 @@ MICRO_BATCHES = register_adapter(Adapter(
     skip={"equivalence": "verl balances sum(l^2)-like workloads (calculate_workload), not token "
                          "sums, and reorders micro-batches to put small ones at both ends: only "
                          "the contract's properties apply",
+          "property:composition": "a literal expectation of the contract's algorithm (the "
+                                  "balanced partition of token sums, in the order it produced "
+                                  "them): verl partitions calculate_workload and reorders the "
+                                  "micro-batches, as for equivalence",
           "pin:verl_budget_only_count": "a literal expectation of the contract's algorithm",
           "pin:balanced_beats_first_fit": "a literal expectation of the contract's algorithm",
           "pin:groups_with_count_multiple": "a literal expectation of the contract's algorithm"},
@@ -242,6 +282,14 @@ def position_ids_adapter(compute_position_id_with_mask: Callable[..., Any]) -> C
     return build_rl_batch
 
 
+def valid_input(call: Call) -> bool:
+    """verl's function takes an attention mask, which only the reference can build from the
+    contract's lists: an invalid input (a defect in the prompts, responses or per-token lists)
+    is rejected by the reference before verl could be given anything, so it is outside the
+    domain (the errors check is skipped for the same reason)."""
+    return call.valid
+
+
 POSITION_IDS = register_adapter(Adapter(
     name="verl.position_ids",
     framework="verl",
@@ -252,6 +300,7 @@ POSITION_IDS = register_adapter(Adapter(
     versions="~=0.9.1",
     doc="verl's position ids (clip(cumsum(mask) - 1, 0)) against the contract's, both layouts",
     forms=None,
+    supports=valid_input,
     skip={"errors": "only position_ids come from verl; validation is the reference's"},
 ))
 
@@ -314,11 +363,49 @@ def no_padding_adapter(left_right_2_no_padding: Callable[..., Any]) -> Callable[
     return nest_by_mask
 
 
-def verl_can_nest(case: Case) -> bool:
-    """verl's domain: a dense batch needs the four keys it asserts (the contract needs neither
-    response_mask nor position_ids), and no rule of the case may re-route a field verl nests."""
-    td = case.args[0] if case.args else None
-    rules = case.kwargs.get("rules")
+def _td(call: Call) -> Any:
+    return call.arg("td")
+
+
+def _dense_tensor(td: Any, key: str) -> torch.Tensor | None:
+    """td[key] when td is a batch holding it as a plain tensor with data (not a non-tensor
+    entry, a sub-TensorDict, a jagged or a meta tensor), else None."""
+    if not _is_batch(td) or key not in td.keys() or td.is_non_tensor(key):
+        return None
+    value = td.get(key)
+    if not isinstance(value, torch.Tensor) or value.is_nested or value.is_meta:
+        return None
+    return value
+
+
+def contract_keywords_valid(call: Call) -> bool:
+    """The contract's keywords that verl does not have (`pad_token_id`, `rules`, `strict`,
+    `ignore_dense`) hold values the contract accepts. An input whose defect is in one of them
+    is about an argument verl cannot be given: outside its domain."""
+    from batchproof.reference.nesting import merge_rules
+
+    pad, strict, ignore = call.arg("pad_token_id"), call.arg("strict"), call.arg("ignore_dense")
+    if pad is not None and not (isinstance(pad, numbers.Integral) and not isinstance(pad, bool)):
+        return False
+    if not isinstance(strict, bool):
+        return False
+    if not (isinstance(ignore, (list, tuple, set, frozenset))
+            and all(isinstance(name, str) for name in ignore)):
+        return False
+    try:
+        merge_rules(call.arg("rules"))
+    except TypeError:
+        return False
+    return True
+
+
+def verl_can_nest(call: Call) -> bool:
+    """verl's domain: the contract's own keywords valid (`contract_keywords_valid`); a dense
+    batch needs the four keys verl asserts (the contract needs neither response_mask nor
+    position_ids), and no rule of the case may re-route a field verl nests."""
+    if not contract_keywords_valid(call):
+        return False
+    td, rules = _td(call), call.arg("rules")
     if isinstance(rules, Mapping) and set(rules) & set(VERL_NESTED):
         return False
     if not _is_batch(td) or _is_nested_batch(td):
@@ -326,37 +413,75 @@ def verl_can_nest(case: Case) -> bool:
     return all(key in td.keys() for key in VERL_REQUIRED)
 
 
-def mask_not_binary(case: Case) -> bool:
-    td = case.args[0] if case.args else None
-    if not _is_batch(td) or "attention_mask" not in td.keys() or _is_nested_batch(td):
+def mask_not_binary(call: Call) -> bool:
+    td = _td(call)
+    mask = None if _is_nested_batch(td) else _dense_tensor(td, "attention_mask")
+    return mask is not None and bool(((mask != 0) & (mask != 1)).any())
+
+
+def attention_mask_1d(call: Call) -> bool:
+    """A dense batch (verl's four keys) whose attention_mask is (B,)."""
+    td = _td(call)
+    mask = None if _is_nested_batch(td) else _dense_tensor(td, "attention_mask")
+    return (mask is not None and mask.dim() == 1
+            and all(key in td.keys() for key in VERL_REQUIRED))
+
+
+def defect_in_unread_fields(call: Call) -> bool:
+    """An invalid dense batch holding verl's four keys that the contract accepts once reduced to
+    the fields verl reads (those four and the ones it nests): its defect is in a field or
+    entry verl never reads (prompts, responses, max_response_length, a key named like an
+    encoding, a sub-TensorDict, an already jagged field)."""
+    from batchproof.reference.nesting import nest_by_mask as reference
+
+    td = _td(call)
+    if (call.valid or not _is_batch(td) or _is_nested_batch(td)
+            or not all(key in td.keys() for key in VERL_REQUIRED)):
         return False
-    mask = td.get("attention_mask")
-    return bool(((mask != 0) & (mask != 1)).any())
+    read = [key for key in dict.fromkeys(VERL_REQUIRED + VERL_NESTED) if key in td.keys()]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reference(td.select(*read), **call.kwargs)
+    except Exception:  # noqa: BLE001 - the reduced batch is rejected too: a defect verl reads
+        return False
+    return True
 
 
-def not_a_dense_batch(case: Case) -> bool:
-    td = case.args[0] if case.args else None
+def not_a_dense_batch(call: Call) -> bool:
+    td = _td(call)
     return not _is_batch(td) or _is_nested_batch(td)
 
 
-def _multi_axis_row_lengths(case: Case) -> list[int] | None:
+def _multi_axis_row_lengths(call: Call) -> list[int] | None:
     """Real tokens per row of a dense batch with (B, C, S) position_ids, else None."""
-    td = case.args[0] if case.args else None
-    if not (_is_batch(td) and not _is_nested_batch(td) and "attention_mask" in td.keys()
-            and "position_ids" in td.keys() and not td.is_non_tensor("position_ids")
-            and td.get("position_ids").dim() == 3):
+    td = _td(call)
+    if _is_nested_batch(td):
         return None
-    return (td.get("attention_mask") != 0).sum(1).tolist()
+    mask, positions = _dense_tensor(td, "attention_mask"), _dense_tensor(td, "position_ids")
+    if mask is None or positions is None or mask.dim() != 2 or positions.dim() != 3:
+        return None
+    return (mask != 0).sum(1).tolist()
 
 
-def multi_axis_unequal_rows(case: Case) -> bool:
-    lengths = _multi_axis_row_lengths(case)
+def multi_axis_unequal_rows(call: Call) -> bool:
+    lengths = _multi_axis_row_lengths(call)
     return lengths is not None and len(set(lengths)) > 1
 
 
-def multi_axis_equal_rows(case: Case) -> bool:
-    lengths = _multi_axis_row_lengths(case)
-    return lengths is not None and len(set(lengths)) == 1
+def multi_axis_equal_rows(call: Call) -> bool:
+    """Every row has the same number n of real tokens, unless n equals the channel count C and
+    every row's (C, n) block of real positions is symmetric: then verl's channel-ragged
+    (B, j, n) layout holds the very values and offsets of the contract's (B, j, C)."""
+    lengths = _multi_axis_row_lengths(call)
+    if lengths is None or len(set(lengths)) != 1:
+        return False
+    td = _td(call)
+    positions, mask = td.get("position_ids"), td.get("attention_mask") != 0
+    if lengths[0] != positions.shape[1] or positions.shape[2] != mask.shape[1]:
+        return True
+    blocks = [positions[i][:, mask[i]] for i in range(positions.shape[0])]
+    return not all(torch.equal(block, block.T) for block in blocks)
 
 
 @st.composite
@@ -409,6 +534,23 @@ NO_PADDING_KNOWN = (
             "(mask.bool()) get 3; torch fails only at first use (unbind, to_padded_tensor) with "
             "an unnamed RuntimeError. The contract raises ValueError naming the row."),
     KnownDivergence(
+        "unread_fields_unchecked", defect_in_unread_fields, kind="errors",
+        upstream=PADDING_UPSTREAM,
+        accepts=True,
+        doc="contract difference: verl reads input_ids, attention_mask, response_mask and "
+            "position_ids (and routed_experts, teacher_*) only, so a batch whose defect lies "
+            "elsewhere is accepted: prompts wider than the attention or not 2-D, a "
+            "max_response_length that is a tensor, not an int, negative or wider than the "
+            "attention, a key named like a mask's encoding (attention_mask_offsets), a "
+            "sub-TensorDict, an already jagged field. The contract checks the whole batch "
+            "(ValueError / TypeError)."),
+    KnownDivergence(
+        "attention_mask_1d_fails", attention_mask_1d, kind="errors", upstream=PADDING_UPSTREAM,
+        raises=RuntimeError,
+        doc="a (B,) attention_mask is not checked: unpad_input's F.pad of the 0-d cumsum fails "
+            "with RuntimeError ('Padding length should be less than or equal to two times the "
+            "input dimension'); the contract raises ValueError naming the mask's shape."),
+    KnownDivergence(
         "input_checked_by_assert", not_a_dense_batch, kind="errors", upstream=PADDING_UPSTREAM,
         raises=AssertionError,
         doc="a non-TensorDict or an already nested batch (no dense attention_mask) fails "
@@ -459,28 +601,37 @@ def padding_adapter(no_padding_2_padding: Callable[..., Any]) -> Callable[..., A
 
 
 def _segment_lengths(td: Any) -> tuple[list[int], list[int], int, int] | None:
-    """(p_i, r_i, the contract's R, the width of the response columns), or None."""
+    """(p_i, r_i, the contract's R, the width of the response columns), or None when the
+    batch does not give them (not a batch, no attention_mask, no widths)."""
     from batchproof.reference import nesting as ref
 
     try:
-        dense = ref.unnest_by_mask(td) if _is_nested_batch(td) else td
-        if _is_nested_batch(td):
+        nested = _is_nested_batch(td)
+        dense = ref.unnest_by_mask(td) if nested else td
+        if nested:
             stash = ref.stash_of(td)
             prompt_width, response_width = stash["max_prompt_length"], stash["max_response_length"]
         else:
             prompt_width, response_width = ref.batch_widths(dense)
-        attention = dense.get("attention_mask").to(torch.int64)
+        attention = _dense_tensor(dense, "attention_mask")
+        if attention is None or attention.dim() != 2 or None in (prompt_width, response_width):
+            return None
+        attention = attention.to(torch.int64)
+        prompts = attention[:, :prompt_width].sum(1).tolist()
+        responses = attention[:, prompt_width:].sum(1).tolist()
+        return prompts, responses, response_width, attention.shape[1] - prompt_width
     except Exception:  # noqa: BLE001 - an input the predicates cannot read: none applies
         return None
-    prompts = attention[:, :prompt_width].sum(1).tolist()
-    responses = attention[:, prompt_width:].sum(1).tolist()
-    return prompts, responses, response_width, attention.shape[1] - prompt_width
 
 
-def verl_can_extract(case: Case) -> bool:
+def _output(call: Call) -> Any:
+    return call.arg("output")
+
+
+def verl_can_extract(call: Call) -> bool:
     """verl reads prompts and responses (dense: R is the width of responses, it never reads a
     non-tensor max_response_length; nested: R is handed over as max_response_len)."""
-    td = case.args[0] if case.args else None
+    td = _td(call)
     if not _is_batch(td) or not {"prompts", "responses"} <= set(td.keys()):
         return False
     lengths = _segment_lengths(td)
@@ -493,46 +644,70 @@ def verl_can_extract(case: Case) -> bool:
     return _is_nested_batch(td) and max(responses, default=0) > response_width
 
 
-def empty_prompt(case: Case) -> bool:
-    lengths = _segment_lengths(case.args[0]) if case.args else None
+def empty_prompt(call: Call) -> bool:
+    lengths = _segment_lengths(_td(call))
     return lengths is not None and 0 in lengths[0]
 
 
-def float_attention_mask(case: Case) -> bool:
+def float_attention_mask(call: Call) -> bool:
     """A floating-point attention_mask, in the batch or (nested) in the dense form it stashes
     (the contract's nested_equals_dense property runs verl on both forms)."""
     from batchproof.reference.nesting import stash_of
 
-    td = case.args[0] if case.args else None
+    td = _td(call)
     if _is_nested_batch(td):
-        mask = stash_of(td)["masks"].get("attention_mask")
-        return mask is not None and mask["dtype"].is_floating_point
-    return (_is_batch(td) and "attention_mask" in td.keys()
-            and not td.is_non_tensor("attention_mask")
-            and td.get("attention_mask").is_floating_point())
+        try:
+            dtype = stash_of(td)["masks"]["attention_mask"]["dtype"]
+        except Exception:  # noqa: BLE001 - a stash without a readable attention_mask entry
+            return False
+        return isinstance(dtype, torch.dtype) and dtype.is_floating_point
+    mask = _dense_tensor(td, "attention_mask")
+    return mask is not None and mask.is_floating_point()
 
 
-def output_not_a_tensor(case: Case) -> bool:
-    return len(case.args) > 1 and not isinstance(case.args[1], torch.Tensor)
+def no_attention_mask(call: Call) -> bool:
+    """A dense batch (prompts not jagged) without attention_mask, with a tensor output: verl
+    reads `data["attention_mask"]`."""
+    td = _td(call)
+    return (_is_batch(td) and not _is_nested_batch(td) and "attention_mask" not in td.keys()
+            and _dense_tensor(td, "prompts") is not None
+            and isinstance(_output(call), torch.Tensor))
 
 
-def output_rows_mismatch(case: Case) -> bool:
+def output_not_a_tensor(call: Call) -> bool:
+    return len(call.args) > 1 and not isinstance(_output(call), torch.Tensor)
+
+
+def strided_output(call: Call) -> bool:
+    """A strided (not jagged) nested output, except with a dense batch's floating-point
+    attention_mask, where verl's slice raises TypeError first (the contract's type)."""
+    output, td = _output(call), _td(call)
+    mask = None if _is_nested_batch(td) else _dense_tensor(td, "attention_mask")
+    return (isinstance(output, torch.Tensor) and output.is_nested
+            and output.layout == torch.strided
+            and not (mask is not None and mask.is_floating_point()))
+
+
+def output_rows_mismatch(call: Call) -> bool:
     """The output's token count, or one of its jagged rows, differs from the batch's."""
-    if len(case.args) < 2 or not isinstance(case.args[1], torch.Tensor):
+    output = _output(call)
+    if not isinstance(output, torch.Tensor) or output.is_meta:
         return False
-    lengths = _segment_lengths(case.args[0])
+    lengths = _segment_lengths(_td(call))
     if lengths is None:
         return False
     totals = [p + r for p, r in zip(lengths[0], lengths[1])]
-    output = case.args[1]
     if output.is_nested:
+        if output.layout != torch.jagged:
+            return False
         return output.offsets().diff().tolist() != totals
     return output.dim() < 1 or output.shape[0] != sum(totals)
 
 
-def response_beyond_max_response_len(case: Case) -> bool:
-    lengths = _segment_lengths(case.args[0]) if case.args else None
-    return (lengths is not None and _is_nested_batch(case.args[0])
+def response_beyond_max_response_len(call: Call) -> bool:
+    td = _td(call)
+    lengths = _segment_lengths(td)
+    return (lengths is not None and _is_nested_batch(td)
             and max(lengths[1], default=0) > lengths[2])
 
 
@@ -558,6 +733,22 @@ NO_PADDING_2_PADDING_KNOWN = (
         doc="an output whose token count is not the batch's fails `assert sequence_offsets[-1] "
             "== values.shape[0]` (AssertionError); a jagged output's own row lengths are never "
             "read (only .values()), so rows of the wrong lengths with the right total pass."),
+    KnownDivergence(
+        "attention_mask_read_by_key", no_attention_mask, kind="errors",
+        upstream=PADDING_UPSTREAM,
+        raises=KeyError,
+        doc="a dense batch without attention_mask fails at `data[\"attention_mask\"]` with "
+            "tensordict's KeyError; the contract raises ValueError ('td has no "
+            "attention_mask')."),
+    KnownDivergence(
+        "strided_output_unchecked", strided_output, kind="errors", upstream=PADDING_UPSTREAM,
+        accepts=True, raises=AssertionError,
+        doc="a strided nested output is not rejected: `tensor.values()` of a strided nested "
+            "tensor is its flat buffer, so rows of single values are read as the jagged "
+            "output's values (accepted, the same result), and rows with trailing dims (t, F) "
+            "give a buffer of F * nnz values that fails `assert sequence_offsets[-1] == "
+            "values.shape[0]` (AssertionError). The contract raises TypeError (only jagged or "
+            "flat outputs)."),
     KnownDivergence(
         "output_type_unchecked", output_not_a_tensor, kind="errors", upstream=PADDING_UPSTREAM,
         raises=AttributeError,

@@ -5,4 +5,4 @@ below is the order of `batchproof verify`. Importing this package alone register
 CLI reads `OP_MODULES` for its help without importing torch).
 """
 
-OP_MODULES = ("rl_batch", "sft", "nesting", "varlen", "balance", "trainer", "pipeline")
+OP_MODULES = ("rl_batch", "sft", "nesting", "varlen", "balance", "trainer", "pipeline", "cp")

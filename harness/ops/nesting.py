@@ -30,7 +30,6 @@ from batchproof import blocks as hs
 from batchproof.compare import assert_identical
 from batchproof.reference.rl_batch import build_rl_batch
 from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
-from batchproof.workloads import Workload
 
 # --------------------------------------------------------------------------- the spec's table
 
@@ -362,7 +361,9 @@ def extract_cases(draw) -> Case:
         td = draw(row_slices(nest_quietly(td, pad_token_id=pad)))
     totals = _attention(td).sum(1).tolist()
     trailing = draw(st.sampled_from([(), (1,), (3,)]))
+    # the model output in any floating dtype: the result keeps it (docs/nesting.md)
     flat = special_floats((sum(totals), *trailing), draw(hs.generators()))
+    flat = flat.to(draw(st.sampled_from([torch.float32, *hs.FLOAT_DTYPES])))
     if draw(st.booleans()):
         return Case((td, flat))
     offsets = torch.tensor([0] + list(_cumsum(totals)), dtype=torch.int64)
@@ -422,10 +423,13 @@ def bad_nest_cases(draw) -> BadCase:
         return BadCase(Case((td,), {"pad_token_id": pad,
                                     "rules": {name: ("attention_mask", 0)}}),
                        ValueError, f"{name} registered against attention_mask")
-    if kind == "not_binary":
-        row = draw(st.integers(0, td.batch_size[0] - 1))
-        mask = td["attention_mask"].to(torch.int64).clone()
-        mask[row, -1] = draw(st.sampled_from([2, -1]))
+    if kind == "not_binary":  # in the dtype that can hold the value: a fraction or NaN in a
+        row = draw(st.integers(0, td.batch_size[0] - 1))  # floating mask
+        value = draw(st.sampled_from([2, -1, 0.5, float("nan")]))
+        dtype = torch.int64 if float(value).is_integer() else draw(
+            st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
+        mask = td["attention_mask"].to(dtype).clone()
+        mask[row, -1] = value
         td["attention_mask"] = mask
         return BadCase(Case((td,), {"pad_token_id": pad}), ValueError, f"mask row {row} not 0/1")
     if kind == "strict":
@@ -1438,68 +1442,6 @@ def _to_device(case: Case, device: str) -> Case:
 def _flat_output(case: Case) -> Case:
     td, output = case.args
     return Case((td, output.values() if output.is_nested else output), dict(case.kwargs))
-
-
-# --------------------------------------------------------------------------- benchmark workload
-
-BENCH_BATCH, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE, BENCH_FILL = 512, 2048, 14336, 0.08
-REFERENCE_ROWS = 64
-
-
-def verl_batch(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> TensorDict:
-    """The benchmark's batch: shaped like the verl run of PR #6009, ~8% real tokens."""
-    generator = torch.Generator().manual_seed(seed)
-    prompts, responses = verl_like_lengths(batch, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE, BENCH_FILL,
-                                           generator)
-    td = synthetic_verl_batch(prompts, responses, max_prompt=BENCH_MAX_PROMPT,
-                              max_response=BENCH_MAX_RESPONSE, generator=generator)
-    return td.to(device)
-
-
-def _sync(device: str) -> None:
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def nesting_workload(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> Workload:
-    """The variants timed by this benchmark (also usable by `harness bench`)."""
-    from batchproof.impl import nesting as impl
-
-    dense = verl_batch(batch, device, seed)
-    nested = impl.nest_by_mask(dense, pad_token_id=0, strict=True)
-    small = dense[:REFERENCE_ROWS].clone()
-    values = [nested.get(k).values() for k in nested.keys()
-              if not nested.is_non_tensor(k) and nested.get(k).is_nested]
-
-    def reference_round_trip():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ref_nesting.unnest_by_mask(ref_nesting.nest_by_mask(small, pad_token_id=0))
-
-    def impl_round_trip():
-        impl.unnest_by_mask(impl.nest_by_mask(dense, pad_token_id=0))
-        _sync(device)
-
-    def timed(fn):
-        def run():
-            fn()
-            _sync(device)
-        return run
-
-    variants = {
-        "reference": reference_round_trip,
-        "impl nest": timed(lambda: impl.nest_by_mask(dense, pad_token_id=0)),
-        "impl unnest": timed(lambda: impl.unnest_by_mask(nested)),
-        "impl nest+unnest": impl_round_trip,
-        "floor (copy real bytes)": timed(lambda: [v.clone() for v in values]),
-        "floor (copy dense batch)": timed(lambda: dense.clone()),
-    }
-    tokens = int(dense["attention_mask"].sum())
-    output_bytes = sum(v.numel() * v.element_size() for v in values)
-    size = (f"B={batch}, P={BENCH_MAX_PROMPT}, R={BENCH_MAX_RESPONSE}, {tokens / 1e6:.2f} M real "
-            f"tokens; reference on {REFERENCE_ROWS} rows")
-    return Workload("nesting", "nest_by_mask+unnest_by_mask", size, variants, output_bytes,
-                    tokens)
 
 
 # --------------------------------------------------------------------------- records

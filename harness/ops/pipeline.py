@@ -215,6 +215,35 @@ def prop_groups_intact(case: Case, out: TensorDict) -> None:
     _assert(not split, f"trajectories split across ranks: {split}")
 
 
+PADDING_ROW_TOKENS = 2  # a padding row's real tokens: pad_to_multiple's default min_length
+
+
+def prop_ranks_balance_trajectory_tokens(case: Case, out: TensorDict) -> None:
+    """The DP ranks are the contract's balance, recomputed here from the rollouts alone: the
+    balancing units are whole trajectories (every prompt and response token of their rows)
+    and each padding row alone (its `PADDING_ROW_TOKENS` tokens), balanced by
+    `balance.balanced_partitions(unit token sums, dp_size)`; every entry of the ledger sits
+    on its unit's rank. (Whole units alone — `groups_intact` — admit any other load.)"""
+    from batchproof.reference import balance, trainer
+
+    prompts, responses, _, traj_ids = case.args[:4]
+    dp = case.kwargs.get("dp_size", 1)
+    multiple = trainer.required_multiple(dp, mini_batch_size=case.kwargs.get("mini_batch_size"))
+    rows = len(prompts)
+    padding = -rows % multiple
+    loads = [0] * (max(traj_ids) + 1)
+    for prompt, response, trajectory in zip(prompts, responses, traj_ids):
+        loads[trajectory] += len(prompt) + len(response)
+    loads += [PADDING_ROW_TOKENS] * padding
+    rank_of = {unit: rank for rank, units in enumerate(balance.balanced_partitions(loads, dp))
+               for unit in units}
+    for sample, rank in zip(out["sample"].tolist(), out["rank"].tolist()):
+        unit = traj_ids[sample] if sample < rows else len(loads) - padding + sample - rows
+        _assert(rank == rank_of[unit], f"row {sample} (unit {unit}, load {loads[unit]}) "
+                f"trained on rank {rank}; balancing the unit token sums {loads} over {dp} "
+                f"ranks puts it on rank {rank_of[unit]}")
+
+
 def prop_invariant_to_dp_and_budget(case: Case, out: TensorDict, candidate) -> None:
     """Rerun with dp_size=1, no mini-batch padding and one micro-batch: every real token has the
     same advantage and weight (bit for bit) and logprob (the model dtype's tolerance), the total
@@ -335,6 +364,8 @@ PIPELINE = register(OpInfo(
         Property("padding_contributes_zero", prop_padding_contributes_zero,
                  prop_padding_contributes_zero.__doc__),
         Property("groups_intact", prop_groups_intact, prop_groups_intact.__doc__),
+        Property("ranks_balance_trajectory_tokens", prop_ranks_balance_trajectory_tokens,
+                 prop_ranks_balance_trajectory_tokens.__doc__),
         Property("invariant_to_dp_and_budget", prop_invariant_to_dp_and_budget,
                  prop_invariant_to_dp_and_budget.__doc__, metamorphic=True),
     ],

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from batchproof import blocks as hs
 from batchproof.compare import assert_identical
+from batchproof.reference import rl_batch as _reference
 from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register, tensors_on
 
 # --------------------------------------------------------------------------- strategies
@@ -613,7 +614,10 @@ BUILD_RL_BATCH = register(OpInfo(
     op="rl_batch",
     function="build_rl_batch",
     valid=rl_batch_cases(),
-    invalid=bad_rl_batch_cases(),
+    # one defect, or two on different arguments: the reference's first check decides
+    invalid=st.one_of(bad_rl_batch_cases(), hs.two_defects(
+        lambda valid: bad_rl_batch_cases(valid=valid), rl_batch_cases(),
+        _reference.build_rl_batch)),
     compare=assert_identical,
     properties=[
         Property("shapes_and_dtypes", prop_shapes_and_dtypes, prop_shapes_and_dtypes.__doc__),

@@ -75,6 +75,20 @@ def _rows_balanced(step, padded):
     return balance.balanced_partitions(tokens, step.dp_size)
 
 
+def _trajectories_by_response_tokens(step, padded):
+    """Whole trajectories balanced by their response tokens (what the loss sees) instead of
+    all their tokens (what the forward costs): units stay whole, every token still reaches
+    the loss once, only the ranks' loads are another quantity."""
+    from batchproof.impl import balance
+    from batchproof.reference.pipeline import step_units
+
+    units = step_units(step.traj_ids, padded.batch_size[0])
+    tokens = padded["response_mask"].sum(1).tolist()
+    loads = [sum(tokens[r] for r in unit) for unit in units]
+    partitions = balance.balanced_partitions(loads, step.dp_size)
+    return [sorted(r for u in part for r in units[u]) for part in partitions]
+
+
 def _per_rank_token_mean(chunk, fields, response_lengths):
     """Each rank normalises by its own trained tokens (a per-rank token mean) instead of the
     step's N: the loss then depends on how the trajectories were split across ranks."""
@@ -173,6 +187,16 @@ ENTRIES = [
             "whole trajectories",
         killers=("property:groups_intact",),
         replacement=_chain(assign_ranks=_rows_balanced),
+        oracle=True,
+    ),
+    ZooEntry(
+        name="pipeline_oracle_balance_response_tokens",
+        op="pipeline",
+        function="rl_step",
+        bug="spec choice: whole trajectories balanced by their response tokens instead of all "
+            "their tokens (units intact: groups_intact cannot tell)",
+        killers=("property:ranks_balance_trajectory_tokens",),
+        replacement=_chain(assign_ranks=_trajectories_by_response_tokens),
         oracle=True,
     ),
     ZooEntry(

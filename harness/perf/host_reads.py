@@ -22,7 +22,8 @@ Run it on the code CUDA runs: the `generic` placement (and `triton`, interpreted
 Only calls whose tensor inputs are all device-resident are surveyed: copying host data in is
 the point of the others.
 
-    >>> from batchproof import host_reads, registry
+    >>> from batchproof import registry
+    >>> from batchproof.perf import host_reads
     >>> found = host_reads.survey(registry.get("rl_batch.build_rl_batch"), placement="generic")
     >>> found.undocumented          # Counter of Read(what, where, function, line) -> count
 """

@@ -11,6 +11,7 @@ The floor of an op is the physical limit for its input form:
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -98,7 +99,7 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
-        from batchproof.baselines import numpy_rows_rl_batch
+        from batchproof.perf.baselines import numpy_rows_rl_batch
 
         variants["numpy rows (lists)"] = lambda: numpy_rows_rl_batch(
             prompts, responses, pad_token_id=0, **per_token)
@@ -449,7 +450,7 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (output write)": lambda: write_floor(outputs, device),
     }
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
-        from batchproof.baselines import numpy_rows_pack_sft
+        from batchproof.perf.baselines import numpy_rows_pack_sft
 
         variants["numpy rows (lists)"] = lambda: numpy_rows_pack_sft(
             examples, pad_token_id=0, **SFT_PACK_CONFIG)
@@ -511,3 +512,124 @@ def pack_sft_device_workload(batch: int = 8192, device: str = "cpu", seed: int =
     return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.1f} M tokens "
                     f"({input_bytes / 1e9:.2f} GB jagged, on {device}), {rows} x {width} rows, "
                     "dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens, check)
+
+
+# --------------------------------------------------------------------------- cp
+
+CP_BENCH_SIZE = 8  # cp ranks: the zigzag chunks are 2·8 = 16 per sequence
+
+
+def device_cp_row(batch: int, device: str, prompt_max: int, response_max: int, seed: int = 0,
+                  cp_size: int = CP_BENCH_SIZE) -> tuple[TensorDict, int]:
+    """(pad_for_cp's padded row made on the device, its real tokens): the rl_batch device
+    workload's samples (lengths uniform in [1, prompt_max] + [1, response_max]) packed into one
+    row of `batch` sequences, each padded to a multiple of 2·cp, with a per-token float32 loss
+    mask of ~90% ones."""
+    from batchproof.impl import cp
+
+    _, _, _, p_len, r_len = device_rl_batch_inputs(batch, device, prompt_max, response_max, seed)
+    lengths = p_len + r_len
+    cu = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+    tokens = int(cu[-1])
+    on = torch.Generator(device=device).manual_seed(seed)
+    ids = torch.randint(0, 32000, (tokens,), generator=on, device=device)
+    mask = (torch.rand(tokens, generator=on, device=device) < 0.9).float()
+    return cp.pad_for_cp(ids, cu, cp_size=cp_size, loss_mask=mask), tokens
+
+
+def cp_shard_device_workload(batch: int = 8192, device: str = "cpu", seed: int = 0,
+                             prompt_max: int = 2048, response_max: int = 14336,
+                             cp_size: int = CP_BENCH_SIZE) -> Workload:
+    """`cp.shard` (zigzag, every rank) of one padded row of trainer scale (`device_cp_row`: the
+    rl_batch device workload's tokens): the impl (the Triton index and gather kernels on CUDA)
+    and the write floor of its outputs (four per-token fields, padded_index and token_index per
+    rank, the local boundaries)."""
+    from batchproof.impl import cp
+
+    padded, tokens = device_cp_row(batch, device, prompt_max, response_max, seed, cp_size)
+    outputs, output_bytes = _tensor_bytes(_parts(cp.shard(padded, cp_size=cp_size)))
+
+    def check():
+        from batchproof.reference import cp as reference
+
+        _check_against(reference.shard(padded.to("cpu"), cp_size=cp_size),
+                       cp.shard(padded, cp_size=cp_size), "shard")
+
+    variants = {  # (on CUDA `bench` adds the torch path: the Triton kernels off)
+        "impl (tensors)": lambda: cp.shard(padded, cp_size=cp_size),
+        "floor (output write)": lambda: write_floor(outputs, device)}
+    total = padded["input_ids"].shape[1]
+    size = (f"{batch} sequences, {tokens:,} tokens padded to {total:,} for cp={cp_size} "
+            f"(on {device})")
+    return Workload("cp", "shard", size, variants, output_bytes, tokens, check)
+
+
+def cp_shard_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
+    """`cp.shard` at the default bench scale: the rl_batch list workload's lengths (prompts up
+    to 500, responses up to 2000), made as tensors."""
+    return cp_shard_device_workload(batch, device, seed, prompt_max=500, response_max=2000)
+
+
+# ---------------------------------------------------------------- nesting (the PR #6009 batch)
+
+BENCH_BATCH, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE, BENCH_FILL = 512, 2048, 14336, 0.08
+REFERENCE_ROWS = 64
+
+
+def verl_batch(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> TensorDict:
+    """The benchmark's batch: shaped like the verl run of PR #6009, ~8% real tokens."""
+    from batchproof.ops.nesting import synthetic_verl_batch, verl_like_lengths
+
+    generator = torch.Generator().manual_seed(seed)
+    prompts, responses = verl_like_lengths(batch, BENCH_MAX_PROMPT, BENCH_MAX_RESPONSE, BENCH_FILL,
+                                           generator)
+    td = synthetic_verl_batch(prompts, responses, max_prompt=BENCH_MAX_PROMPT,
+                              max_response=BENCH_MAX_RESPONSE, generator=generator)
+    return td.to(device)
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def nesting_workload(batch: int = BENCH_BATCH, device: str = "cpu", seed: int = 6009) -> Workload:
+    """nest_by_mask + unnest_by_mask on the PR #6009 batch: the variants `batchproof bench` times."""
+    from batchproof.impl import nesting as impl
+    from batchproof.reference import nesting as ref_nesting
+
+    dense = verl_batch(batch, device, seed)
+    nested = impl.nest_by_mask(dense, pad_token_id=0, strict=True)
+    small = dense[:REFERENCE_ROWS].clone()
+    values = [nested.get(k).values() for k in nested.keys()
+              if not nested.is_non_tensor(k) and nested.get(k).is_nested]
+
+    def reference_round_trip():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref_nesting.unnest_by_mask(ref_nesting.nest_by_mask(small, pad_token_id=0))
+
+    def impl_round_trip():
+        impl.unnest_by_mask(impl.nest_by_mask(dense, pad_token_id=0))
+        _sync(device)
+
+    def timed(fn):
+        def run():
+            fn()
+            _sync(device)
+        return run
+
+    variants = {
+        "reference": reference_round_trip,
+        "impl nest": timed(lambda: impl.nest_by_mask(dense, pad_token_id=0)),
+        "impl unnest": timed(lambda: impl.unnest_by_mask(nested)),
+        "impl nest+unnest": impl_round_trip,
+        "floor (copy real bytes)": timed(lambda: [v.clone() for v in values]),
+        "floor (copy dense batch)": timed(lambda: dense.clone()),
+    }
+    tokens = int(dense["attention_mask"].sum())
+    output_bytes = sum(v.numel() * v.element_size() for v in values)
+    size = (f"B={batch}, P={BENCH_MAX_PROMPT}, R={BENCH_MAX_RESPONSE}, {tokens / 1e6:.2f} M real "
+            f"tokens; reference on {REFERENCE_ROWS} rows")
+    return Workload("nesting", "nest_by_mask+unnest_by_mask", size, variants, output_bytes,
+                    tokens)

@@ -19,22 +19,17 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from batchproof import workloads
+from batchproof.perf import workloads
 
 console = Console(width=None if Console().is_terminal else 140)
-
-def _nesting_workload(**kwargs) -> workloads.Workload:
-    from batchproof.ops.nesting import nesting_workload
-
-    return nesting_workload(**kwargs)
-
 
 WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "rl_batch": workloads.rl_batch_workload,
     "varlen": workloads.pack_varlen_workload,
-    "nesting": _nesting_workload,
+    "nesting": workloads.nesting_workload,
     "sft.collate_sft": workloads.collate_sft_workload,
     "sft.pack_sft": workloads.pack_sft_workload,
+    "cp.shard": workloads.cp_shard_workload,
 }
 
 
@@ -46,6 +41,7 @@ DEVICE_WORKLOADS: dict[str, Callable[..., workloads.Workload]] = {
     "nesting": workloads.nest_device_workload,
     "nesting.unnest_by_mask": workloads.unnest_device_workload,
     "sft.pack_sft": workloads.pack_sft_device_workload,
+    "cp.shard": workloads.cp_shard_device_workload,
 }
 QUICK_DEVICE_SIZE = {"batch": 64, "prompt_max": 64, "response_max": 256}
 QUICK_DEVICE_SIZES = {"sft.pack_sft": {"batch": 64, "length_max": 256}}  # other size names

@@ -1,0 +1,22 @@
+"""`batchproof bench`: the benchmarks as ratios (`batchproof.perf`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from batchproof.cli.common import (
+    UsageError,
+    _need_cuda,
+)
+
+
+def bench(args: argparse.Namespace) -> int:
+    from batchproof.perf import bench as bench_module
+
+    if args.device == "cuda":
+        _need_cuda()
+    try:
+        return bench_module.main(ops=args.op, device=args.device, json_path=args.json,
+                                 quick=args.quick, pages=args.pages, scale=args.scale)
+    except ValueError as err:
+        raise UsageError(str(err)) from None

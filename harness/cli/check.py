@@ -1,0 +1,82 @@
+"""`batchproof check`: a framework's function (or yours) through an adapter.
+
+    scope (one value: `batchproof.adapters.scope.Scope.from_args`)
+      -> the adapters `--impl/--op/--adapter` select, each narrowed to it
+      -> `runner.run_adapter` for each (one adapter's failure is reported, the others run)
+      -> the report, its replay lines, the summary, the scope hint; `--json`
+
+Exit status: 0 no new divergence, 1 a new one, 2 a usage error, 3 the target could not be
+imported or a check could not be carried out (batchproof's own failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+
+from batchproof.cli.common import (
+    HARNESS,
+    UsageError,
+    _load_profile,
+    reproduce_of,
+    run_settings,
+)
+
+
+def check(args: argparse.Namespace) -> int:
+    from batchproof import registry
+    from batchproof.adapters import FrameworkMissing, load_adapter_file
+    from batchproof.adapters.runner import (
+        console,
+        exit_code,
+        print_report,
+        print_summary,
+        replayer,
+        run_adapter,
+        scope_hint,
+        select_adapters,
+    )
+    from batchproof.adapters.scope import Scope
+
+    profile = _load_profile(args.profile)
+    if args.max_examples is not None and args.max_examples < 1:
+        raise UsageError(f"--max-examples must be at least 1, got {args.max_examples}")
+    if args.reproduce and not args.check:
+        raise UsageError("--reproduce replays one failure: give its --op and --check too")
+    try:
+        scope = Scope.from_args(args)
+        for path in scope.adapter_files:
+            load_adapter_file(path)
+        selected = select_adapters(args.impl, args.op, args.adapter)
+        scope.validate(a.record for a in selected)
+        adapters = [scope.narrow(a) for a in selected
+                    if scope.checks is None
+                    or set(scope.checks) & set(registry.get(a.record).check_names())]
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    except FrameworkMissing as err:
+        print(f"batchproof: error: {err}", file=sys.stderr)
+        return HARNESS
+    reproduce = reproduce_of(args.reproduce)
+    custom = args.impl is not None and ":" in args.impl
+    reports = []
+    for chosen in adapters:
+        report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
+                             base_settings=run_settings(args.max_examples))
+        reports.append(report)
+        print_report(report, profile, replay=replayer(
+            args.impl, chosen, adapter=args.adapter or (None if custom else chosen.name),
+            profile=args.profile))
+    code = exit_code(reports)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
+                       "reports": [asdict(r) for r in reports]}, handle, indent=2)
+        console.print(f"report written to {args.json}", markup=False, highlight=False)
+    print_summary(reports)
+    hint = scope_hint(reports, args.impl, adapter=args.adapter, profile=args.profile)
+    if hint:
+        console.print(hint, markup=False, highlight=False, soft_wrap=True)
+    return code

@@ -1,0 +1,305 @@
+"""`batchproof verify`: every check of the selected records on an implementation, on every
+placement this machine can run (`batchproof.placements`)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from rich.table import Table
+
+from batchproof.cli.common import (
+    DIVERGENCE,
+    HARNESS,
+    OK,
+    PROG,
+    TargetError,
+    UsageError,
+    _load_profile,
+    _need_cuda,
+    _one_thread_unless_asked,
+    _progress,
+    console,
+    import_target,
+    reproduce_of,
+    run_settings,
+    say,
+    select_checks,
+    select_records,
+)
+from batchproof.statuses import Verdict
+
+
+@dataclass
+class CheckResult:
+    op: str
+    function: str
+    check: str
+    status: Verdict
+    examples: int
+    seconds: float
+    device: str
+    error: str = ""
+    notes: list[str] = field(default_factory=list)
+    placement: str = ""  # kernel, cpu, generic (the CPU's code paths), any (one path), cuda
+    minimal: str = ""
+    replay: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == Verdict.PASS
+
+def resolve_candidate(info, impl: str):
+    """The function under test for one record: None for the built-in impl (late-bound, so the
+    bug zoo's patches are honoured), a package mirroring `impl/`, or module:function."""
+    if ":" in impl:
+        target = import_target(impl)
+        return lambda *a, **k: target(*a, **k)
+    if impl == "impl":
+        return None
+    from batchproof.adapters import current_folder_importable
+
+    package = "batchproof.reference" if impl == "reference" else impl
+    current_folder_importable()
+    try:
+        module = importlib.import_module(f"{package}.{info.op}")
+    except Exception as err:  # noqa: BLE001
+        raise TargetError(f"--impl {impl}: cannot import {package}.{info.op}: "
+                          f"{type(err).__name__}: {err}") from err
+    if not callable(getattr(module, info.function, None)):
+        raise TargetError(f"--impl {impl}: {package}.{info.op} has no function {info.function}")
+    return lambda *a, **k: getattr(module, info.function)(*a, **k)
+
+def verify(args: argparse.Namespace) -> int:
+    measure = _start_coverage() if args.coverage else None
+    from batchproof import placements
+
+    if args.device == "cuda":
+        _need_cuda()
+    profile = _load_profile(args.profile)
+    _one_thread_unless_asked()
+    infos, left_out = select_records(args.op)
+    if ":" in args.impl and len(infos) != 1:
+        raise UsageError(f"--impl {args.impl} needs --op naming exactly one record "
+                         f"(got {len(infos)}: {[i.name for i in infos]})")
+    if args.reproduce and not args.check:
+        raise UsageError("--reproduce replays one failure: give its --op and --check too")
+    wanted = select_checks(infos, args.check)
+    if args.device != "cpu":
+        infos = [i for i in infos if args.device in i.devices]
+    candidates = {i.name: resolve_candidate(i, args.impl) for i in infos}
+    chosen = run_settings(args.max_examples)
+    reproduce = reproduce_of(args.reproduce)
+    where = _placements(args)
+    results: list[CheckResult] = []
+    started = time.perf_counter()
+    with _progress() as progress:
+        for op in dict.fromkeys(i.op for i in infos):
+            records = [i for i in infos if i.op == op]
+            task = progress.add_task(op, total=sum(_runs(wanted[i.name], where)
+                                                    for i in records))
+            for info in records:
+                distinct = where
+                for placement in where:
+                    if placement not in distinct:  # would run the code already checked
+                        progress.advance(task, sum(map(_every_placement, wanted[info.name])))
+                        continue
+                    asked = placements.asked()
+                    for check in wanted[info.name]:
+                        if placement != where[0] and not _every_placement(check):
+                            continue
+                        progress.update(task, description=f"{op}: {info.function} {check}"
+                                        + (f" [{placement}]" if len(where) > 1 else ""))
+                        results.append(_verify_one(args, info, check, candidates[info.name],
+                                                   placement, chosen, reproduce))
+                        progress.advance(task)
+                    if len(where) > 1 and placement == where[0]:
+                        distinct = placements.distinct(where, asked)
+                        if distinct == where[:1]:  # the op's code never asked: one path
+                            for r in results[-len(wanted[info.name]):]:
+                                r.placement = "any"
+            progress.update(task, description=op)
+    _print_summary(results, profile, args, time.perf_counter() - started, left_out)
+    covered = _finish_coverage(measure) if measure is not None else None
+    code = exit_code(results)
+    if args.json:
+        verdict = {OK: "pass", DIVERGENCE: "divergence", HARNESS: "error"}[code]
+        document = {"profile": profile, "device": args.device, "impl": args.impl,
+                    "passed": code == OK, "verdict": verdict, "exit_status": code,
+                    "not_run": {i.name: i.missing() for i in left_out},
+                    "checks": [asdict(r) | {"passed": r.passed} for r in results]}
+        if covered is not None:
+            from batchproof import branch_coverage
+
+            document["coverage"] = branch_coverage.as_json(covered)
+        with open(args.json, "w") as handle:
+            json.dump(document, handle, indent=2)
+        say(f"report written to {args.json}")
+    return code
+
+def _start_coverage():
+    from batchproof import branch_coverage
+
+    if not branch_coverage.available():
+        raise UsageError(branch_coverage.MISSING)
+    try:
+        return branch_coverage.start()
+    except RuntimeError as err:  # an in-process caller that imported impl/ already
+        raise UsageError(f"--coverage: {err}") from None
+
+def _finish_coverage(measure):
+    """Stop measuring; print per file the branches taken and those never taken."""
+    from batchproof import branch_coverage
+
+    files = branch_coverage.finish(measure)
+    table = Table(title="branch coverage of this run (coverage.py, branch mode; the kernels run "
+                        "as Python while measured)")
+    for column in ("file", "statements", "branches", "taken", "%", "branches not taken"):
+        table.add_column(column, justify="left" if column in ("file", "branches not taken")
+                         else "right")
+    for f in files:
+        table.add_row(f.name, str(f.statements), str(f.branches), str(f.taken),
+                      f"{f.percent:.1f}", ", ".join(f.missing_branches))
+    console.print(table)
+    for top in ("impl", "reference"):
+        taken, branches = branch_coverage.totals(files, top)
+        if branches:
+            say(f"{top}/: {taken}/{branches} branches taken ({100.0 * taken / branches:.1f}%)")
+    return files
+
+def _placements(args: argparse.Namespace) -> list[str]:
+    """The placements to verify, the default one first: every one this machine runs for the
+    built-in impl (`--placement all`), or the one named; another implementation has one."""
+    from batchproof import placements
+
+    available = placements.available(args.device)
+    if args.impl != "impl" or args.device != "cpu":
+        if args.placement not in ("all", available[0]):
+            raise UsageError(f"--placement {args.placement}: only batchproof's own impl on the "
+                             "CPU has placements")
+        return available[:1]
+    if args.placement == "all":
+        return available
+    if args.placement not in available:
+        raise UsageError(f"--placement {args.placement}: not available here "
+                         f"(available: {', '.join(available)}; kernel needs numba: "
+                         "pip install 'batchproof[kernels]')")
+    return [args.placement]
+
+def _runs(checks: Sequence[str], where: Sequence[str]) -> int:
+    """How many check runs a record's checks make over the placements."""
+    return len(checks) + (len(where) - 1) * sum(map(_every_placement, checks))
+
+def _every_placement(check: str) -> bool:
+    """The checks run again on each placement beyond the default: those comparing the candidate
+    with the reference (equivalence on every input form, error parity, the pins). A property
+    of an output equal to the reference's holds on it already."""
+    return check in ("equivalence", "errors") or check.startswith("pin:")
+
+def _verify_one(args, info, check: str, candidate, placement: str, chosen,
+                reproduce) -> CheckResult:
+    from batchproof import placements, report
+    from batchproof.checks import CheckStats, run_check
+
+    stats = CheckStats()
+    t0 = time.perf_counter()
+    result = CheckResult(info.op, info.function, check, Verdict.PASS, 0, 0.0, args.device,
+                         placement=placement)
+    try:
+        with placements.placed(placement):
+            run_check(info, check, candidate, settings=chosen, device=args.device,
+                      stats=stats, seed=args.seed, reproduce=reproduce)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        failure = report.describe(exc, stats, info.function)
+        failure.blob = failure.blob or args.reproduce or ""  # a replayed one
+        result.status = Verdict.FAIL if failure.kind == "divergence" else Verdict.ERROR
+        result.error, result.notes = failure.message, failure.notes
+        result.minimal = failure.minimal
+        words = _verify_words(args, info.name)
+        if placement in placements.PLACEMENTS:
+            words += ["--placement", placement]
+        result.replay = report.command(words + report.replay_words(check, failure))
+    result.examples, result.seconds = stats.examples, time.perf_counter() - t0
+    if result.passed:
+        result.notes = list(stats.notes)  # e.g. a replay that passes now
+    if result.passed and result.examples == 0:
+        result.status = Verdict.NOT_TESTED
+    return result
+
+def exit_code(results: Sequence[CheckResult]) -> int:
+    """3 when batchproof could not do its job (an error, a check with no example, nothing run),
+    else 1 when a check failed, else 0."""
+    if not results or any(r.status in (Verdict.ERROR, Verdict.NOT_TESTED) for r in results):
+        return HARNESS
+    return DIVERGENCE if any(r.status == Verdict.FAIL for r in results) else OK
+
+def _verify_words(args: argparse.Namespace, record: str) -> list[str]:
+    words = [PROG, "verify", "--impl", args.impl, "--op", record]
+    if args.device != "cpu":
+        words += ["--device", args.device]
+    if args.profile:
+        words += ["--profile", args.profile]
+    return words
+
+_COLOUR = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.ERROR: "red",
+           Verdict.NOT_TESTED: "yellow"}
+
+def _badge(status: str, count: int = 0) -> str:
+    label = status.upper() + (f" ({count})" if count else "")
+    return f"[{_COLOUR[status]}]{label}[/{_COLOUR[status]}]"
+
+def _print_summary(results, profile, args, seconds, left_out) -> None:
+    table = Table(title=f"batchproof verify — impl={args.impl}, profile={profile}, "
+                        f"device={args.device}")
+    for column in ("op", "function", "placement", "checks", "examples", "result", "time"):
+        table.add_column(column, justify="right" if column in ("checks", "examples", "time")
+                         else "left")
+    keys = list(dict.fromkeys((r.op, r.function, r.placement) for r in results))
+    for op, function, placement in keys:
+        rows = [r for r in results if (r.op, r.function, r.placement) == (op, function, placement)]
+        bad = [r for r in rows if not r.passed]
+        statuses = sorted({r.status for r in bad}, key=list(_COLOUR).index)
+        verdict = " ".join(_badge(s, sum(r.status == s for r in bad)) for s in statuses) \
+            if bad else _badge(Verdict.PASS)
+        table.add_row(op, function, placement, str(len(rows)), str(sum(r.examples for r in rows)),
+                      verdict, f"{sum(r.seconds for r in rows):.1f}s")
+    console.print(table)
+    _print_placement_legend({r.placement for r in results})
+    for r in (r for r in results if not r.passed):
+        where = f" on {r.placement}" if r.placement not in ("", "any", args.device) else ""
+        console.rule(f"{r.op}.{r.function} — {r.check}{where} ({r.status})", style="red")
+        for line in [r.error, *r.notes]:
+            say(line)
+        if r.status == Verdict.NOT_TESTED:
+            say("the check ran no example: it did not pass")
+        if r.minimal:
+            say(f"minimal case: {r.minimal}")
+        if r.replay:
+            say(f"replay: {r.replay}")
+    for r in (r for r in results if r.passed and r.notes):
+        say(f"{r.op}.{r.function} — {r.check}: {'; '.join(r.notes)}")
+    for info in left_out:
+        say(f"not run: {info.name} needs {', '.join(info.missing())}")
+    passed = sum(r.passed for r in results)
+    colour = "green" if passed == len(results) else "red"
+    counts = {s: sum(r.status == s for r in results)
+              for s in (Verdict.FAIL, Verdict.ERROR, Verdict.NOT_TESTED)}
+    extra = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    console.print(f"[{colour}]{passed}/{len(results)} checks passed[/{colour}]"
+                  f"{f' ({extra})' if extra else ''} in {seconds:.1f}s"
+                  + (f"; {len(left_out)} record(s) not run" if left_out else ""))
+
+def _print_placement_legend(shown: set[str]) -> None:
+    from batchproof.placements import PLACEMENTS
+
+    named = [f"{name} = {what}" for name, what in PLACEMENTS.items() if name in shown]
+    if named:
+        say("placements: " + "; ".join(named) + (
+            "; any = the op has one code path (it never asks where it runs)"
+            if "any" in shown else "") + ". Equivalence, errors and pins run on each; "
+            "properties on the first.")
