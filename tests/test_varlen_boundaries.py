@@ -210,5 +210,70 @@ def test_architecture_lists() -> None:
         tiny_model("gpt2", "eager")
 
 
+# --------------------------------------------------------------------------- the table
+
+
+def table_batch(seed: int = 0, samples: int = 8):
+    """docs/equivalence.md's batch: `samples` samples, prompt and response lengths uniform in
+    1..8, tokens uniform in the vocabulary, from a seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 9, (samples, 2), generator=generator).tolist()
+    prompts = [torch.randint(0, 128, (p,), generator=generator).tolist() for p, _ in lengths]
+    responses = [torch.randint(0, 128, (r,), generator=generator).tolist() for _, r in lengths]
+    return prompts, responses
+
+
+def measure_row(spec: ModelSpec, path: str, prompts, responses) -> dict[str, float]:
+    """max / mean |Δ| of the logprobs (under the response mask) and of every parameter gradient
+    of their sum, `path` against the per-sample dense forwards, on `spec`'s model."""
+    from transformers.data.data_collator import DataCollatorWithFlattening
+
+    from batchproof.adapters.huggingface import packed_forward_adapter
+
+    function = {"impl": impl.response_logprobs,
+                "transformers packed": packed_forward_adapter(DataCollatorWithFlattening)}[path]
+    model = trainable_model(spec)
+    mask = response_mask(ModelCase((prompts, responses), model=spec))
+    with torch.no_grad():
+        expected = reference.response_logprobs(model, prompts, responses)
+        actual = function(model, prompts, responses)
+    delta = (expected - actual).abs()[mask].double()
+    grads_expected = model_gradients(reference.response_logprobs, model, prompts, responses, {})
+    grads_actual = model_gradients(function, model, prompts, responses, {})
+    grad_delta = torch.cat([(grads_expected[n] - grads_actual[n]).abs().reshape(-1)
+                            for n in grads_expected]).double()
+    scaled = max(float((grads_expected[n] - grads_actual[n]).abs().max())
+                 / max(1.0, float(grads_expected[n].abs().max())) for n in grads_expected)
+    return {"max": float(delta.max()), "mean": float(delta.mean()),
+            "grad_max": float(grad_delta.max()), "grad_mean": float(grad_delta.mean()),
+            "grad_scaled": scaled}
+
+
+def print_table(dtypes=("float32", "bfloat16")) -> None:
+    import transformers
+
+    torch.set_num_threads(1)
+    prompts, responses = table_batch()
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, CPU")
+    print("| family | attention | dtype | path | logprobs max / mean \\|Δ\\| | "
+          "gradients max / mean \\|Δ\\| | max \\|Δg\\| / max(1, max \\|g\\|) |")
+    print("|---|---|---|---|---|---|---|")
+    for dtype in dtypes:
+        for spec in specs(("cpu",), (dtype,), tuple(FAMILIES)):
+            for path in ("impl", "transformers packed"):
+                try:
+                    row = measure_row(spec, path, prompts, responses)
+                except Exception as err:  # noqa: BLE001 - the table says what failed
+                    print(f"| {spec.arch} | {spec.attn} | {dtype} | {path} | "
+                          f"{type(err).__name__}: {str(err)[:60]} | | |")
+                    continue
+                print(f"| {spec.arch} | {spec.attn} | {dtype} | {path} | {row['max']:.3g} / "
+                      f"{row['mean']:.3g} | {row['grad_max']:.3g} / {row['grad_mean']:.3g} | "
+                      f"{row['grad_scaled']:.3g} |")
+
+
 if __name__ == "__main__":
-    sys.exit(pytest.main([__file__]))
+    if sys.argv[1:] == ["--table"]:
+        print_table()
+    else:
+        sys.exit(pytest.main([__file__]))
