@@ -142,13 +142,18 @@ def pack_cases(draw) -> Case:
         kwargs["pad_to_multiple"] = sum(lengths) + draw(st.integers(1, 3))
     elif regime == "longest":
         kwargs["pad_to_multiple"] = sum(lengths) + max(lengths) + draw(st.integers(1, 3))
-    pad_token_id = draw(st.sampled_from([1, 49, 0, None]))  # non-zero first, as above
+    # pad_token_id non-zero first, as above; position_ids_start absent, 2 (RoBERTa-like models
+    # count from 2) or 1, drawn together with it (one draw: a second one reshuffled the
+    # derandomized examples enough that tests/test_regimes.py's budget missed a regime)
+    pad_token_id, start = draw(st.sampled_from(PAD_AND_START))
     if pad_token_id is not None:
         kwargs["pad_token_id"] = pad_token_id
-    start = draw(st.sampled_from([None, 2, 1]))  # RoBERTa-like models count from 2
     if start is not None:
         kwargs["position_ids_start"] = start
     return Case((prompts, responses), kwargs)
+
+
+PAD_AND_START = [(pad, start) for start in (None, 2, 1) for pad in (1, 49, 0, None)]
 
 
 PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_zero", "count",
