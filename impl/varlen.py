@@ -41,10 +41,11 @@ from batchproof.reference.varlen import (  # the contract's argument checks, sha
     _check_logprob_options,
     _check_model,
     _check_positive_int,
+    _check_start,
     _output_device,
 )
 
-PACKING_MODES = ("position_ids", "mask")
+PACKING_MODES = ("auto", "position_ids", "mask", "rows")
 
 
 # --------------------------------------------------------------------------------------------
@@ -171,22 +172,24 @@ def _check_token_dtype(dtype: torch.dtype, name: str) -> None:
 
 
 def pack_varlen(
-    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
+    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None
 ) -> TensorDict:
-    """Concatenate every sample's prompt + response into one row (see the module docstring)."""
+    """Concatenate every sample's prompt + response into one row (see the module docstring);
+    positions count from `position_ids_start` in every sample and in the tail pad."""
     check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
+    _check_start(position_ids_start)
     device = _output_device(device, prompts, responses)
     written = _write_lists(prompts, responses, pad_to_multiple, pad_token_id, device)
     if written is not None:  # CPU fast path: the tokens are already in place
         samples, input_ids = written
-        return _pack(samples, pad_to_multiple, pad_token_id, input_ids)
+        return _pack(samples, pad_to_multiple, pad_token_id, input_ids, position_ids_start)
     samples = _samples(prompts, responses, device)
-    return _pack(samples, pad_to_multiple, pad_token_id)
+    return _pack(samples, pad_to_multiple, pad_token_id, position_ids_start=position_ids_start)
 
 
 def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
-          input_ids: torch.Tensor | None = None) -> TensorDict:
+          input_ids: torch.Tensor | None = None, position_ids_start: int = 0) -> TensorDict:
     device = samples.prompt_lengths.device
     host_lengths = samples.host_prompt_lengths + samples.host_response_lengths
     real = int(host_lengths.sum())
@@ -215,6 +218,8 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
         with_tail = torch.cat([lengths, lengths.new_full((1,), pad)])  # the pad: own segment
         positions = _ramps(with_tail, -_exclusive_cumsum(with_tail), total)
         predict_index, sample_index = target_index - 1, _owners(r_len, n_responses)
+    if position_ids_start:  # every segment (the tail pad's too) counts from it
+        positions = positions + position_ids_start
     out = TensorDict(
         {
             "input_ids": input_ids.reshape(1, total),
@@ -339,6 +344,79 @@ def _cu_seqlens(lengths: torch.Tensor, nonempty: int, total: int, pad: int) -> t
     tail = torch.full((1 if pad > 0 else 0,), total, dtype=ends.dtype, device=device)
     zero = torch.zeros(1, dtype=ends.dtype, device=device)
     return torch.cat([zero, ends, tail]).to(torch.int32)
+
+
+# --------------------------------------------------------------------------------------------
+# packed_segments
+# --------------------------------------------------------------------------------------------
+
+
+def packed_segments(position_ids, *, position_ids_start=0) -> TensorDict:
+    """The segments of every row of `position_ids` (B, L), or of the text axis (the first plane)
+    of (3, B, L) / (4, B, L) mRoPE positions: a segment starts at each row's first column and
+    wherever the text position equals `position_ids_start`. `cu_seqlens` (int32, over the
+    flattened rows), `seq_idx` (int32 (B, L), counted from 0 per row), `max_seqlen` (int).
+
+        text  0 1 2 0 0 1      starts  1 0 0 1 1 0      seq_idx  0 0 0 1 2 2
+              0 1 0 1 2 3              1 0 1 0 0 0               0 0 1 1 1 1
+        flat starts 0 3 4 6 8 -> cu_seqlens 0 3 4 6 8 12; each token's place in its segment
+        (index - the last start before it) + 1, at most 4 -> max_seqlen 4
+    """
+    text, name, mrope = _text_axis(position_ids, position_ids_start)
+    batch, width = text.shape
+    device = text.device
+    starts = text == position_ids_start
+    # the contract's verdict: column 0 at the start; after it, a restart or the rule of the axis
+    bad = ~starts.clone()
+    if width > 1:
+        previous, current = text[:, :-1], text[:, 1:]
+        steps = current >= previous if mrope else current == previous + 1
+        bad[:, 1:] = ~(starts[:, 1:] | steps)
+    flat_starts = starts.reshape(-1)
+    # a token's place in its segment: its index minus the index of the last start at or before it
+    index = torch.arange(flat_starts.shape[0], device=device)
+    last_start = torch.cummax(torch.where(flat_starts, index, 0), 0).values
+    longest = (index - last_start + 1).max() if index.numel() else index.new_zeros(())
+    failed, count, max_seqlen = host_read(torch.stack(
+        [bad.any().long(), flat_starts.sum(), longest.long()]))
+    if failed:
+        with documented():  # the error path: the first bad row and column, as the reference
+            b, j = (int(i) for i in bad.nonzero()[0])
+            value = int(text[b, j])
+            if j == 0:
+                raise ValueError(f"{name}[{b}] starts at {value}, not at "
+                                 f"position_ids_start={position_ids_start}: a row begins a "
+                                 "segment")
+            rule = "never decreases within a segment" if mrope else "counts up by 1 within a segment"
+            raise ValueError(f"{name}[{b}] holds {value} after {int(text[b, j - 1])} at column "
+                             f"{j}: a packed row restarts at position_ids_start="
+                             f"{position_ids_start} or {rule}")
+    # the starts (0 first: every row starts a segment), then B * L; [0] when there is no token
+    boundaries = torch.nonzero_static(flat_starts, size=count).flatten().to(torch.int32)
+    end = torch.full((1,), batch * width if count else 0, dtype=torch.int32, device=device)
+    seq_idx = torch.cumsum(starts, 1, dtype=torch.int32) - 1  # per row, from 0
+    out = TensorDict({"cu_seqlens": torch.cat([boundaries, end]), "seq_idx": seq_idx},
+                     batch_size=[], device=device)
+    out.set_non_tensor("max_seqlen", max_seqlen)
+    return out
+
+
+def _text_axis(position_ids, start) -> tuple[torch.Tensor, str, bool]:
+    """(the (B, L) text positions, their name in messages, whether they are mRoPE's), after the
+    reference's argument checks in its order."""
+    if not isinstance(position_ids, torch.Tensor):
+        raise TypeError(f"position_ids must be a tensor, got {type(position_ids).__name__}")
+    dtype = position_ids.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"position_ids must hold integers, got {dtype}")
+    _check_start(start)
+    shape = tuple(position_ids.shape)
+    if len(shape) == 2:
+        return position_ids, "position_ids", False
+    if len(shape) == 3 and shape[0] in (3, 4):
+        return position_ids[0], "position_ids[0]", True
+    raise ValueError(f"position_ids must be (B, L), or (3, B, L) / (4, B, L) mRoPE positions, "
+                     f"got shape {shape}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,7 +593,7 @@ def response_logprobs(
     *,
     max_tokens_per_batch=None,
     pad_to_multiple=1,
-    packing="position_ids",
+    packing="auto",
     chunk_size=1024,
     with_grad=False,
 ) -> torch.Tensor:
@@ -529,7 +607,13 @@ def response_logprobs(
     packing: "position_ids" relies on transformers' packed-sequence detection, checked first
         (RuntimeError if the installed transformers or the model's attention implementation
         cannot isolate the samples); "mask" passes an explicit block-diagonal additive 4-D mask
-        (eager and sdpa only; N^2 memory per row).
+        (eager and sdpa only; N^2 memory per row). Both refuse (RuntimeError) a model with
+        layers that carry state along the row outside attention — recurrent mixers (Mamba,
+        gated delta nets) or short convolutions: transformers' PyTorch path runs them over the
+        whole packed row, so each sample would start from the previous one's state. "rows"
+        puts one sample per row (right-padded dense micro-batches, no mask): exact for every
+        causal model, those included. "auto" (the default): "rows" for a model with such
+        layers, else "position_ids".
     chunk_size: rows of float32 log-softmax computed at once.
     with_grad: keep the autograd graph (default: computed under torch.no_grad()).
     """
@@ -540,9 +624,14 @@ def response_logprobs(
     _check_vocab(samples.prompt_tokens, samples.prompt_lengths, "prompts", vocab)
     _check_vocab(samples.response_tokens, samples.response_lengths, "responses", vocab)
     _check_budget(samples, max_tokens_per_batch)
+    if packing == "auto":
+        packing = "rows" if _state_carrying_layers(model) else "position_ids"
     _check_packed_attention(model, packing)
-    forward = _forward_with_mask if packing == "mask" else _forward_position_ids
     with torch.set_grad_enabled(with_grad):
+        if packing == "rows":
+            return _row_logprobs(model, samples, max_tokens_per_batch, pad_to_multiple,
+                                 chunk_size)
+        forward = _forward_with_mask if packing == "mask" else _forward_position_ids
         return _packed_logprobs(model, samples, forward, max_tokens_per_batch, pad_to_multiple,
                                 chunk_size)
 
@@ -588,6 +677,76 @@ def _with_responses(samples: _Samples) -> _Samples:
         samples.prompt_lengths[kept_index], samples.response_lengths[kept_index],
         samples.host_prompt_lengths[kept], samples.host_response_lengths[kept],
     )
+
+
+def _row_logprobs(model, samples: _Samples, max_tokens_per_batch, pad_to_multiple: int,
+                  chunk_size: int) -> torch.Tensor:
+    """`packing="rows"`: one sample per row, right-padded with token 0 to the longest sample of
+    its micro-batch (rounded up to `pad_to_multiple`), no attention mask and default positions.
+    A causal model's logits at a real token never read the padding after it, so every row is
+    its sample's own forward, whatever mixes the tokens (attention, convolutions, recurrences).
+
+        samples of 5, 3, 4 tokens, budget 15     micro-batch 1   s s s s s      2 rows x 5
+        (rows x longest <= budget)                               s s s . .
+                                                 micro-batch 2   s s s s        1 row x 4
+    """
+    scored = _with_responses(samples)
+    width = int(samples.host_response_lengths.max())
+    device = samples.prompt_tokens.device
+    if scored.size == 0:
+        return torch.zeros((samples.size, width), dtype=torch.float32, device=device)
+    row = _pack(scored, 1, 0)
+    lengths = (scored.host_prompt_lengths + scored.host_response_lengths).tolist()
+    budget = 2 * max(lengths) if max_tokens_per_batch is None else max_tokens_per_batch
+    token_ends = list(itertools.accumulate(lengths))
+    response_ends = list(itertools.accumulate(scored.host_response_lengths.tolist()))
+    pieces = []
+    for first, last in _row_batches(lengths, budget):
+        start = token_ends[first - 1] if first else 0
+        lo, hi = (response_ends[first - 1] if first else 0), response_ends[last - 1]
+        columns = _padded_size(max(lengths[first:last]), pad_to_multiple)
+        group = torch.tensor(lengths[first:last], dtype=torch.int64)
+        # token t of the group's k-th sample (packed at start_k + o) goes to k * columns + o
+        starts = _exclusive_cumsum(group)
+        shift = host_put(torch.arange(last - first) * columns - starts, device=device)
+        slots = _ramps(host_put(group, device=device), shift, token_ends[last - 1] - start)
+        ids = torch.zeros((last - first) * columns, dtype=torch.int64, device=device)
+        ids.scatter_(0, slots, row["input_ids"][0, start:token_ends[last - 1]])
+        # the logit that scores each response token: its predict_index, moved the same way
+        predict = slots[row["predict_index"][lo:hi] - start]
+        targets = torch.gather(row["input_ids"][0], 0, row["target_index"][lo:hi])
+        p_host = scored.host_prompt_lengths[first:last].tolist()
+        r_host = scored.host_response_lengths[first:last].tolist()
+        read = (min(p - 1 for p in p_host), max(p + r - 2 for p, r in zip(p_host, r_host)))
+        logits = _forward_rows(model, ids.reshape(last - first, columns), predict, read)
+        pieces.append(_token_logprobs(logits, targets, chunk_size))
+    return _right_aligned(torch.cat(pieces), samples.response_lengths, width)
+
+
+def _row_batches(lengths: list[int], budget: int) -> list[tuple[int, int]]:
+    """Consecutive sample ranges [first, last) whose rows x longest sample stays within `budget`
+    (greedy; a sample alone always fits: none is longer than the budget)."""
+    ranges, first = [], 0
+    while first < len(lengths):
+        last, longest = first + 1, lengths[first]
+        while last < len(lengths) and (last + 1 - first) * max(longest, lengths[last]) <= budget:
+            longest = max(longest, lengths[last])
+            last += 1
+        ranges.append((first, last))
+        first = last
+    return ranges
+
+
+def _forward_rows(model, input_ids, flat_positions, read: tuple[int, int]) -> torch.Tensor:
+    """Logits (len(flat_positions), V) of a right-padded dense batch at the flat positions
+    `row * columns + column`; only the columns `read` = (first, last) that hold them are
+    projected to the vocabulary."""
+    columns = input_ids.shape[1]
+    keep = torch.arange(read[0], read[1] + 1, device=input_ids.device)
+    with callers_code():
+        out = model(input_ids=input_ids, attention_mask=None, use_cache=False,
+                    logits_to_keep=keep)
+    return out.logits[flat_positions // columns, flat_positions % columns - read[0]]
 
 
 def _micro_batches(token_ends: list[int], budget: int) -> list[tuple[int, int]]:
@@ -666,6 +825,16 @@ def _check_packed_attention(model, packing: str) -> None:
     mask transformers builds (eager, sdpa, flex, flash); anything else silently attends across
     samples. "mask" needs eager or sdpa (the kernels that take a 4-D additive mask).
     """
+    if packing == "rows":  # one sample per row: nothing to isolate
+        return
+    carrying = _state_carrying_layers(model)
+    if carrying:
+        shown = ", ".join(carrying[:3]) + (", ..." if len(carrying) > 3 else "")
+        raise RuntimeError(
+            f"{type(model).__name__} has layers that carry state along the sequence outside "
+            f"attention ({shown}): transformers' PyTorch path runs them over the whole packed "
+            f"row, so each sample would start from the previous sample's state. Pass "
+            f"packing='rows' (one sample per row, right-padded)")
     try:
         from transformers import masking_utils
     except ImportError as err:  # transformers < 4.53
@@ -688,6 +857,34 @@ def _check_packed_attention(model, packing: str) -> None:
         raise RuntimeError(f"transformers builds no packed-sequence mask for attn_implementation "
                            f"{attn!r}: the samples of a packed row would attend to each other "
                            f"(supported: {sorted(mask_functions)})")
+
+
+# class names (lower case) of sequence mixers with a recurrent state: a name that ends in "mixer"
+# (the Mamba / Mamba2 mixers of Mamba, Mamba2, Bamba, Nemotron-H, Falcon-H1, Jamba, Zamba), or that
+# holds one of these fragments: gated delta nets (Qwen3-Next, Qwen3.5), RecurrentGemma's RG-LRU,
+# RWKV's time mixing, lightning / linear attention
+_RECURRENT = ("deltanet", "rglru", "rwkvselfattention", "lightningattention", "linearattention")
+
+
+def _recurrent_layers(model) -> list[str]:
+    """Names of the submodules whose class is a recurrent sequence mixer (see `_RECURRENT`)."""
+    return [name for name, module in model.named_modules()
+            if (kind := type(module).__name__.lower()).endswith("mixer")
+            or any(part in kind for part in _RECURRENT)]
+
+
+def _state_carrying_layers(model) -> list[str]:
+    """Names of the layers that carry state from one token to the next outside attention:
+    transformers' PyTorch path runs them over a packed row as one sequence."""
+    return _recurrent_layers(model) + _convolution_layers(model)
+
+
+def _convolution_layers(model) -> list[str]:
+    """Names of the `nn.Conv1d` submodules: short causal convolutions along the sequence (LFM2's
+    ShortConv; the convolution inside every Mamba and gated delta net mixer), which read the
+    last tokens before each position — across a packed boundary, the previous sample's."""
+    return [name for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Conv1d)]
 
 
 _UPGRADE = ("the installed transformers {what}: a packed forward would let samples attend to "

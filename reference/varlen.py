@@ -11,6 +11,13 @@ One packed row (three samples, the middle one empty, `pad_to_multiple=4`):
     target_index        3 4     6 7             the response tokens
     predict_index     2 3     5 6               the logits that score them (one to the left)
 
+`packed_segments` reads the segments of packed rows back from their `position_ids` (the boundary
+contract every consumer shares: flash-attention's `cu_seqlens`, a mask's blocks, a Mamba `seq_idx`):
+
+    position_ids  0 1 2 0 0 1 | 0 1 0 1 2 3     a segment starts wherever the (text) position is
+    seq_idx       0 0 0 1 2 2 | 0 0 1 1 1 1     position_ids_start, and at every row's start
+    cu_seqlens    0     3 4     6   8       12  over the flattened rows (int32)
+
 `unpad` / `repad` follow flash-attn's `bert_padding.unpad_input` / `pad_input`:
 
     attention_mask  1 0 1 1      x rows a b c d      values   a c d    indices  0 2 3
@@ -27,7 +34,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from batchproof.reference._checks import check_pad_token_id
 
-PACKING_MODES = ("position_ids", "mask")
+PACKING_MODES = ("auto", "position_ids", "mask", "rows")
 
 
 # --------------------------------------------------------------------------------------------
@@ -36,11 +43,13 @@ PACKING_MODES = ("position_ids", "mask")
 
 
 def pack_varlen(
-    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, device=None
+    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None
 ) -> TensorDict:
-    """Concatenate every sample's prompt + response into one row (see the module docstring)."""
+    """Concatenate every sample's prompt + response into one row (see the module docstring);
+    positions count from `position_ids_start` in every sample and in the tail pad."""
     check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
+    _check_start(position_ids_start)
     device = _output_device(device, prompts, responses)
     prompts, responses = _samples(prompts, responses)
 
@@ -50,7 +59,7 @@ def pack_varlen(
     for k, (prompt, response) in enumerate(zip(prompts, responses)):
         length = len(prompt) + len(response)
         input_ids += prompt + response
-        position_ids += list(range(length))
+        position_ids += [position_ids_start + i for i in range(length)]
         for j in range(len(response)):
             target_index.append(offset + len(prompt) + j)
             predict_index.append(offset + len(prompt) - 1 + j)
@@ -61,7 +70,7 @@ def pack_varlen(
     total = _round_up(offset, pad_to_multiple)
     pad = total - offset
     input_ids += [pad_token_id] * pad
-    position_ids += list(range(pad))
+    position_ids += [position_ids_start + i for i in range(pad)]
     if pad > 0:
         cu_seqlens.append(total)
     max_seqlen = max([len(p) + len(r) for p, r in zip(prompts, responses)] + [pad])
@@ -81,6 +90,88 @@ def pack_varlen(
     ).to(device)
     out.set_non_tensor("max_seqlen", max_seqlen)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# packed_segments: the boundaries of packed rows, from their position_ids
+# --------------------------------------------------------------------------------------------
+
+
+def packed_segments(position_ids, *, position_ids_start=0) -> TensorDict:
+    """The segments (packed samples) of every row of `position_ids`, read from the positions.
+
+    position_ids: an integer tensor, (B, L), or (3, B, L) / (4, B, L) mRoPE positions, whose
+    first plane is the text axis (mRoPE's temporal positions, or transformers' text row) and the
+    only one read. A segment starts at the first column of every row and wherever the text
+    position equals `position_ids_start`; it never spans two rows. Within a segment a (B, L)
+    row counts up by exactly 1; an mRoPE text axis may stay or jump but never decreases.
+
+    Returns a TensorDict (batch_size []): `cu_seqlens` int32, the start of every segment over
+    the flattened rows (row b's column j is b * L + j), then B * L; `seq_idx` int32 (B, L), the
+    segment of each token, counted from 0 in every row; `max_seqlen`, the longest segment (a
+    Python int, 0 when there is no token).
+    """
+    rows, shape = _text_rows(position_ids, position_ids_start)
+    width = shape[-1]
+    cu_seqlens, seq_idx, lengths = [0], [], []
+    for b, row in enumerate(rows):
+        numbers, segment = [], -1
+        for j, position in enumerate(row):
+            if j == 0 or position == position_ids_start:  # a new segment
+                segment += 1
+                if b * width + j > 0:
+                    cu_seqlens.append(b * width + j)
+                lengths.append(0)
+            lengths[-1] += 1
+            numbers.append(segment)
+        seq_idx.append(numbers)
+    if rows and width:
+        cu_seqlens.append(len(rows) * width)
+    out = TensorDict({
+        "cu_seqlens": torch.tensor(cu_seqlens, dtype=torch.int32),
+        "seq_idx": torch.tensor(seq_idx, dtype=torch.int32).reshape(shape[-2], width),
+    }, batch_size=[]).to(position_ids.device)
+    out.set_non_tensor("max_seqlen", max(lengths, default=0))
+    return out
+
+
+def _check_start(position_ids_start) -> None:
+    _check_int(position_ids_start, "position_ids_start")
+    if position_ids_start < 0:
+        raise ValueError(f"position_ids_start must be >= 0, got {position_ids_start}")
+
+
+def _text_rows(position_ids, start) -> tuple[list[list[int]], tuple[int, ...]]:
+    """The text axis of `position_ids` as lists (B rows of L), validated, and its shape."""
+    if not isinstance(position_ids, torch.Tensor):
+        raise TypeError(f"position_ids must be a tensor, got {type(position_ids).__name__}")
+    dtype = position_ids.dtype
+    if dtype.is_floating_point or dtype.is_complex or dtype == torch.bool:
+        raise TypeError(f"position_ids must hold integers, got {dtype}")
+    _check_start(start)
+    shape = tuple(position_ids.shape)
+    if len(shape) == 2:
+        text, name, mrope = position_ids, "position_ids", False
+    elif len(shape) == 3 and shape[0] in (3, 4):
+        text, name, mrope = position_ids[0], "position_ids[0]", True
+    else:
+        raise ValueError(f"position_ids must be (B, L), or (3, B, L) / (4, B, L) mRoPE "
+                         f"positions, got shape {shape}")
+    rows = text.tolist()
+    for b, row in enumerate(rows):
+        for j, position in enumerate(row):
+            if j == 0:
+                if position != start:
+                    raise ValueError(f"{name}[{b}] starts at {position}, not at "
+                                     f"position_ids_start={start}: a row begins a segment")
+            elif position != start and not (position >= row[j - 1] if mrope
+                                             else position == row[j - 1] + 1):
+                rule = ("never decreases within a segment" if mrope
+                        else "counts up by 1 within a segment")
+                raise ValueError(f"{name}[{b}] holds {position} after {row[j - 1]} at column "
+                                 f"{j}: a packed row restarts at position_ids_start={start} "
+                                 f"or {rule}")
+    return rows, shape
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,7 +354,7 @@ def response_logprobs(
     *,
     max_tokens_per_batch=None,
     pad_to_multiple=1,
-    packing="position_ids",
+    packing="auto",
     chunk_size=1024,
     with_grad=False,
 ) -> torch.Tensor:

@@ -24,7 +24,9 @@ loaded (docs/frameworks.md says how to install each one beside batchproof).
 What an adapter's predicates see. `Adapter.supports` and every `KnownDivergence.applies` are
 given one `Call` for every input of the record, valid or invalid, generated or pinned:
 
-    call.args, call.kwargs     the arguments as the contract function receives them (lists form)
+    call.args, call.kwargs     the arguments as the contract function receives them (lists form;
+                               a model case's `ModelSpec` first, where the contract takes the
+                               model — `varlen.response_logprobs`)
     call.arg("prompts")        one argument by its name in the contract's signature, positional
                                or keyword, or the contract's default when it is not passed
     call.rows("prompts")       the argument's rows (a list, a tuple, or a tensor's first axis),
@@ -60,6 +62,7 @@ from hypothesis import strategies as st
 
 from batchproof.adapters.scope import Scope
 from batchproof.checks import HarnessError
+from batchproof.models import ModelCase
 from batchproof.registry import BadCase, Candidate, Case
 
 # batchproof's own adapter modules, one per framework (each imports its framework only when an
@@ -100,7 +103,10 @@ class Call(Case):
         bad = case if isinstance(case, BadCase) else None
         inputs = case.case if bad is not None else case
         parameters, defaults = _signature(contract)
-        return cls(inputs.args, inputs.kwargs, inputs.label, bad, parameters, defaults)
+        args = inputs.args
+        if isinstance(inputs, ModelCase):  # its model is the contract's first argument
+            args = (inputs.model, *args)
+        return cls(args, inputs.kwargs, inputs.label, bad, parameters, defaults)
 
     @property
     def valid(self) -> bool:

@@ -143,9 +143,13 @@ def _samples(case: Case) -> tuple[list[list], list[list]] | None:
 
 def pack_domain(case: Case) -> bool:
     """What the collator's input can express: one token list per sample (a dataset row), as
-    many prompts as responses, no device. Other defects of the contract (counts that differ,
-    tensor or str rows) concern the split into two arguments, which TRL's examples do not have."""
-    return _samples(case) is not None and _call(case, pack_contract).arg("device") is None
+    many prompts as responses, no device, positions from 0 (it has no `position_ids_start`).
+    Other defects of the contract (counts that differ, tensor or str rows) concern the split
+    into two arguments, which TRL's examples do not have."""
+    call = _call(case, pack_contract)
+    start = call.arg("position_ids_start", 0)
+    return (_samples(case) is not None and call.arg("device") is None
+            and type(start) is int and start == 0)
 
 
 def _multiple(case: Case) -> Any:

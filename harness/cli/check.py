@@ -20,6 +20,7 @@ from batchproof.cli.common import (
     HARNESS,
     UsageError,
     _load_profile,
+    _one_thread_unless_asked,
     reproduce_of,
     run_settings,
 )
@@ -41,6 +42,7 @@ def check(args: argparse.Namespace) -> int:
     from batchproof.adapters.scope import Scope
 
     profile = _load_profile(args.profile)
+    _one_thread_unless_asked()  # as verify: tiny tensors (and tiny models) only contend
     if args.max_examples is not None and args.max_examples < 1:
         raise UsageError(f"--max-examples must be at least 1, got {args.max_examples}")
     if args.reproduce and not args.check:

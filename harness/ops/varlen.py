@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from batchproof import blocks as hs
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
-from batchproof.models import VOCAB, ModelCase, ModelSpec, specs
+from batchproof.models import (
+    FAMILIES,
+    VOCAB,
+    ModelCase,
+    ModelSpec,
+    specs,
+    trainable_model,
+)
 from batchproof.reference import varlen as _reference
 from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 
@@ -135,16 +142,24 @@ def pack_cases(draw) -> Case:
         kwargs["pad_to_multiple"] = sum(lengths) + draw(st.integers(1, 3))
     elif regime == "longest":
         kwargs["pad_to_multiple"] = sum(lengths) + max(lengths) + draw(st.integers(1, 3))
-    pad_token_id = draw(st.sampled_from([1, 49, 0, None]))  # non-zero first, as above
+    # pad_token_id non-zero first, as above; position_ids_start absent, 2 (RoBERTa-like models
+    # count from 2) or 1, drawn together with it (one draw: a second one reshuffled the
+    # derandomized examples enough that tests/test_regimes.py's budget missed a regime)
+    pad_token_id, start = draw(st.sampled_from(PAD_AND_START))
     if pad_token_id is not None:
         kwargs["pad_token_id"] = pad_token_id
+    if start is not None:
+        kwargs["position_ids_start"] = start
     return Case((prompts, responses), kwargs)
+
+
+PAD_AND_START = [(pad, start) for start in (None, 2, 1) for pad in (1, 49, 0, None)]
 
 
 PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_zero", "count",
                 "empty",
                 "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row",
-                "token_range", "not_a_sequence"]
+                "token_range", "not_a_sequence", "start_type", "start_negative"]
 
 
 @st.composite
@@ -165,6 +180,13 @@ def bad_pack_cases(draw) -> BadCase:
     if kind == "multiple_zero":
         value = draw(st.sampled_from([0, -1]))
         return _bad((prompts, responses), {"pad_to_multiple": value}, ValueError, "multiple < 1")
+    if kind == "start_type":
+        value = draw(st.sampled_from([2.0, "2", True]))
+        return _bad((prompts, responses), {"position_ids_start": value}, TypeError,
+                    "position_ids_start type")
+    if kind == "start_negative":
+        return _bad((prompts, responses), {"position_ids_start": -1}, ValueError,
+                    "position_ids_start < 0")
     if kind == "count":
         return _bad((prompts + [[1]], responses), {}, ValueError, "counts differ")
     if kind == "empty":
@@ -295,13 +317,33 @@ def prop_cu_seqlens(case: Case, td) -> None:
 
 
 def prop_segments_never_cross(case: Case, td) -> None:
-    """Inside each cu_seqlens segment position_ids run 0, 1, 2, ...; they restart exactly at the
-    boundaries, so attention that splits at restarting positions sees the same segments."""
+    """Inside each cu_seqlens segment position_ids run s, s + 1, s + 2, ... (s =
+    position_ids_start, 0 by default); they restart exactly at the boundaries, so attention that
+    splits at restarting positions sees the same segments."""
+    start = case.kwargs.get("position_ids_start", 0)
     pos = td["position_ids"][0].tolist()
     cu = td["cu_seqlens"].tolist()
     for a, b in zip(cu, cu[1:]):
-        _assert(pos[a:b] == list(range(b - a)),
-                f"position_ids[{a}:{b}] = {pos[a:b]} is not 0..{b - a - 1}")
+        _assert(pos[a:b] == list(range(start, start + b - a)),
+                f"position_ids[{a}:{b}] = {pos[a:b]} is not {start}..{start + b - a - 1}")
+
+
+def prop_segments_are_cu_seqlens(case: Case, td) -> None:
+    """The boundary contract: `packed_segments` (the oracle's) reads back from the row's
+    position_ids exactly its cu_seqlens and max_seqlen — what every consumer that finds the
+    samples from the positions (flash-attention's kwargs, a mask, a Mamba seq_idx) sees."""
+    start = case.kwargs.get("position_ids_start", 0)
+    try:
+        seen = _reference.packed_segments(td["position_ids"].cpu(), position_ids_start=start)
+    except ValueError as err:
+        raise AssertionError(f"position_ids {td['position_ids'][0].tolist()} are not a packed "
+                             f"row: {err}") from None
+    got, want = seen["cu_seqlens"].tolist(), td["cu_seqlens"].tolist()
+    _assert(got == want, f"the segments of position_ids {td['position_ids'][0].tolist()} are "
+            f"cu_seqlens {got}, but the row says {want}")
+    _assert(seen.get_non_tensor("max_seqlen") == td.get_non_tensor("max_seqlen"),
+            f"the longest segment of position_ids is {seen.get_non_tensor('max_seqlen')}, but "
+            f"max_seqlen is {td.get_non_tensor('max_seqlen')}")
 
 
 PACK_PINS = [
@@ -356,6 +398,15 @@ PACK_PINS = [
     ]],
     Pin("output_device_given", Case(([[1, 2]], [[3]]), {"device": "cpu"}),
         "an explicit device places the outputs there"),
+    Pin("positions_start_at_two",
+        Case(([[5, 6], [7]], [[8], [9, 10]]), {"position_ids_start": 2, "pad_to_multiple": 8}),
+        "RoBERTa-like models number positions from padding_idx + 1 = 2: every sample and the "
+        "tail pad count from position_ids_start (transformers #47496 / #47525: "
+        "DataCollatorWithFlattening wrote 0-based positions for them)",
+        lambda case, td: _assert(td["position_ids"][0].tolist() == [2, 3, 4, 2, 3, 4, 2, 3]
+                                 and td["cu_seqlens"].tolist() == [0, 3, 6, 8],
+                                 f"position_ids {td['position_ids'][0].tolist()}, cu_seqlens "
+                                 f"{td['cu_seqlens'].tolist()}")),
 ]
 
 PACK_EXAMPLE = Case(([[11, 12, 13], [], [21]], [[14, 15], [], [22]]), {"pad_to_multiple": 4})
@@ -375,6 +426,8 @@ PACK_VARLEN = register(OpInfo(
         Property("cu_seqlens", prop_cu_seqlens, prop_cu_seqlens.__doc__),
         Property("segments_never_cross", prop_segments_never_cross,
                  prop_segments_never_cross.__doc__),
+        Property("segments_are_cu_seqlens", prop_segments_are_cu_seqlens,
+                 prop_segments_are_cu_seqlens.__doc__),
     ],
     pins=PACK_PINS,
     forms={"lists": lambda c: c, "tensors": _tensor_form, "jagged": _jagged_form,
@@ -386,6 +439,246 @@ PACK_VARLEN = register(OpInfo(
     example=PACK_EXAMPLE,
     targets=lambda case: {"samples": len(case.args[0])},
     doc="prompts + responses → one packed row: restarting position_ids, cu_seqlens, indices",
+))
+
+# --------------------------------------------------------------------------- packed_segments
+
+
+SEGMENT_LENGTHS = (1, 1, 2, 3, 4, 6)  # one-token samples as often as any other length
+
+
+@st.composite
+def text_row(draw, width: int, start: int, mrope: bool) -> list[int]:
+    """One packed row of `width` text positions: segments of drawn lengths (one-token ones
+    often), each counting up from `start` by 1, or for mRoPE's text axis by 0 (an image's
+    tokens share a temporal position; never at `start` itself), 1 or a jump of 2 or 3."""
+    row = []
+    while len(row) < width:
+        length = min(draw(st.sampled_from(SEGMENT_LENGTHS)), width - len(row))
+        position = start
+        row.append(position)
+        for _ in range(length - 1):
+            steps = [1, 2, 3] + ([0] if position > start else []) if mrope else [1]
+            position += draw(st.sampled_from(steps))
+            row.append(position)
+    return row
+
+
+@st.composite
+def segment_cases(draw) -> Case:
+    """A valid `packed_segments` call: a start (absent, 2 or 1), a layout — (B, L), mRoPE
+    (3, B, L), or transformers' text row + mRoPE (4, B, L) — then B rows of L text positions
+    (B = 0 and L = 0 included); the mRoPE planes other than the text axis hold anything (values
+    equal to the start too), since only the text axis decides."""
+    start = draw(st.sampled_from([None, 2, 1]))
+    first = start or 0
+    planes = draw(st.sampled_from([0, 3, 4]))  # 0: (B, L)
+    batch, width = draw(st.integers(0, 3)), draw(st.integers(0, 10))
+    rows = [draw(text_row(width, first, planes > 0)) for _ in range(batch)]
+    text = torch.tensor(rows, dtype=torch.int64).reshape(batch, width)
+    if planes:
+        others = torch.randint(0, 12, (planes - 1, batch, width), generator=draw(hs.generators()))
+        text = torch.cat([text[None], others])
+    return Case((text,), {} if start is None else {"position_ids_start": start})
+
+
+SEGMENT_DEFECTS = ["jump", "row_start", "mrope_decrease", "start_type", "start_negative",
+                   "float", "bool", "list", "dims"]
+
+
+@st.composite
+def bad_segment_cases(draw) -> BadCase:
+    """Invalid `packed_segments` calls, one defect each: positions no packer writes (a jump or a
+    decrease that is not a restart, a row that does not begin at the start), wrong argument
+    types, shapes that are neither (B, L) nor (3 | 4, B, L)."""
+    kind = draw(st.sampled_from(SEGMENT_DEFECTS))
+    good = draw(segment_cases())
+    (positions,), kwargs = good.args, dict(good.kwargs)
+    start = kwargs.get("position_ids_start", 0)
+    if kind in ("jump", "row_start", "mrope_decrease"):
+        mrope = kind == "mrope_decrease"
+        batch = draw(st.integers(1, 3))
+        rows = [draw(text_row(6, start, mrope)) for _ in range(batch)]
+        b = draw(st.integers(0, batch - 1))
+        rows[b] = {"jump": [start, start + 1, start + 2, start + 3, start + 1, start + 2],
+                   "row_start": [start + 1, start + 2, start, start + 1, start + 2, start + 3],
+                   "mrope_decrease": [start, start + 2, start + 2, start + 1, start, start]}[kind]
+        text = torch.tensor(rows, dtype=torch.int64)
+        if mrope:
+            text = torch.stack([text, text + 1, text])
+        return BadCase(Case((text,), kwargs), ValueError, f"{kind} in row {b}")
+    if kind == "start_type":
+        kwargs["position_ids_start"] = draw(st.sampled_from([2.0, "2", True]))
+        return BadCase(Case((positions,), kwargs), TypeError, "position_ids_start type")
+    if kind == "start_negative":
+        kwargs["position_ids_start"] = -1
+        return BadCase(Case((positions,), kwargs), ValueError, "position_ids_start < 0")
+    if kind == "float":
+        return BadCase(Case((positions.float(),), kwargs), TypeError, "float positions")
+    if kind == "bool":
+        return BadCase(Case((positions != 0,), kwargs), TypeError, "bool positions")
+    if kind == "list":
+        return BadCase(Case((positions.tolist(),), kwargs), TypeError, "a list")
+    shape = draw(st.sampled_from([(5,), (2, 1, 4), (3, 1, 1, 4), (5, 1, 3)]))
+    return BadCase(Case((torch.zeros(shape, dtype=torch.int64),), kwargs), ValueError,
+                   f"shape {shape}")
+
+
+def _text_of(positions: torch.Tensor) -> list[list[int]]:
+    return (positions if positions.dim() == 2 else positions[0]).tolist()
+
+
+def prop_segments(case: Case, td) -> None:
+    """cu_seqlens (int32) runs from 0 to B * L (just [0] without tokens), strictly increasing,
+    with a boundary exactly at every flat column whose text position is position_ids_start (each
+    row's first column among them: no segment spans two rows); seq_idx (int32, (B, L)) numbers
+    them from 0 in every row; max_seqlen is the longest segment, a Python int."""
+    (positions,), start = case.args, case.kwargs.get("position_ids_start", 0)
+    rows = _text_of(positions)
+    batch, width = positions.shape[-2], positions.shape[-1]
+    cu, seq_idx = td["cu_seqlens"], td["seq_idx"]
+    _assert(cu.dtype == torch.int32 and seq_idx.dtype == torch.int32,
+            f"cu_seqlens {cu.dtype}, seq_idx {seq_idx.dtype}: both must be int32")
+    _assert(tuple(seq_idx.shape) == (batch, width),
+            f"seq_idx has shape {tuple(seq_idx.shape)}, expected ({batch}, {width}): one entry "
+            f"per token of the text axis")
+    flat = [v for row in rows for v in row]
+    want = [i for i, v in enumerate(flat) if v == start] + ([len(flat)] if flat else [])
+    _assert(cu.tolist() == (want or [0]),
+            f"cu_seqlens {cu.tolist()} != {want or [0]}: a segment starts exactly where the text "
+            f"position is {start}")
+    numbers = [[sum(v == start for v in row[:j + 1]) - 1 for j in range(len(row))]
+               for row in rows]
+    _assert(seq_idx.tolist() == numbers, f"seq_idx {seq_idx.tolist()} != {numbers}")
+    lengths = [b - a for a, b in zip(want, want[1:])]
+    max_seqlen = td.get_non_tensor("max_seqlen")
+    _assert(type(max_seqlen) is int and max_seqlen == max(lengths, default=0),
+            f"max_seqlen {max_seqlen!r} != {max(lengths, default=0)} (a Python int)")
+
+
+def prop_text_axis_only(case: Case, td, candidate) -> None:
+    """Only the text axis decides: mRoPE's other planes replaced by anything (every value the
+    start, or reversed along the row) change nothing, and (B, L) positions given as three equal
+    mRoPE planes (text-only mRoPE) give the same segments."""
+    (positions,), kwargs = case.args, dict(case.kwargs)
+    start = kwargs.get("position_ids_start", 0)
+    if positions.dim() == 3:
+        variants = [torch.cat([positions[:1], torch.full_like(positions[1:], start)]),
+                    torch.cat([positions[:1], positions[1:].flip(-1)])]
+    else:
+        variants = [positions.expand(3, *positions.shape).clone()]
+    for variant in variants:
+        try:
+            assert_identical(td, candidate(variant, **kwargs))
+        except Mismatch as err:
+            raise Mismatch(f"position_ids of shape {tuple(variant.shape)} with the same text axis "
+                           f"give other segments: {err}") from None
+
+
+def _segment_form(convert):
+    return lambda case: case.replace(convert(case.args[0]))
+
+
+def _expect_segments(cu: list[int], seq_idx: list[list[int]] | None = None,
+                     max_seqlen: int | None = None):
+    def expect(case: Case, td) -> None:
+        _assert(td["cu_seqlens"].tolist() == cu, f"cu_seqlens {td['cu_seqlens'].tolist()} != {cu}")
+        if seq_idx is not None:
+            _assert(td["seq_idx"].tolist() == seq_idx,
+                    f"seq_idx {td['seq_idx'].tolist()} != {seq_idx}")
+        if max_seqlen is not None:
+            _assert(td.get_non_tensor("max_seqlen") == max_seqlen,
+                    f"max_seqlen {td.get_non_tensor('max_seqlen')} != {max_seqlen}")
+    return expect
+
+
+def _positions(rows) -> Case:
+    return Case((torch.tensor(rows, dtype=torch.int64),))
+
+
+MROPE_IMAGE = torch.tensor([[[0, 1, 2, 2, 2, 5, 0, 1]],      # text axis (temporal): an image at 2
+                            [[0, 1, 2, 2, 3, 5, 0, 1]],      # height
+                            [[0, 1, 2, 3, 2, 5, 0, 1]]])     # width
+
+SEGMENT_PINS = [
+    Pin("single_token_sample", _positions([[0, 1, 2, 0, 0, 1, 2]]),
+        "a one-token sample between two longer ones is its own segment: 0 after 0 is a restart "
+        "(ms-swift #9904: boundaries found only where the position decreases merged it into "
+        "the next sample)", _expect_segments([0, 3, 4, 7], [[0, 0, 0, 1, 2, 2, 2]], 3)),
+    Pin("consecutive_single_token_samples", _positions([[0, 0, 0]]),
+        "three one-token samples: three segments", _expect_segments([0, 1, 2, 3], [[0, 1, 2]], 1)),
+    Pin("single_token_samples_at_the_end", _positions([[0, 1, 0, 0]]),
+        "one-token samples that end the row stay one-token segments: positions cannot tell them "
+        "from a zero-padded tail, and coalescing them (VeOmni #845 / #918 do for their pad) "
+        "would let real samples attend to each other",
+        _expect_segments([0, 2, 3, 4], [[0, 0, 1, 2]], 2)),
+    Pin("zero_padded_tail", _positions([[0, 1, 2, 0, 1, 0, 0, 0]]),
+        "a tail padded with position 0 is read as one-token segments, as every reader of the "
+        "positions reads it (VeOmni #746: cu_seqlens grew with the pad); a packer writes its "
+        "tail pad as its own segment counting up (pack_varlen's property "
+        "segments_are_cu_seqlens), which is then one segment",
+        _expect_segments([0, 3, 5, 6, 7, 8])),
+    Pin("counted_tail_is_one_segment", _positions([[0, 1, 2, 0, 1, 0, 1, 2]]),
+        "the tail pad pack_varlen writes (0, 1, 2, ...) is one segment, never many",
+        _expect_segments([0, 3, 5, 8], [[0, 0, 0, 1, 1, 2, 2, 2]], 3)),
+    Pin("restart_at_position_ids_start",
+        Case((torch.tensor([[2, 3, 4, 2, 3]]),), {"position_ids_start": 2}),
+        "RoBERTa-like positions count from 2: segments restart at position_ids_start, not at 0 "
+        "(transformers #47496 / #47525)", _expect_segments([0, 3, 5], [[0, 0, 0, 1, 1]], 3)),
+    Pin("mrope_text_axis", Case((MROPE_IMAGE,)),
+        "(3, B, L) mRoPE positions: only the text axis decides (an image's plateau and the jump "
+        "after it stay in the sample), and the first axis is never a batch axis (verl #7137, "
+        "ms-swift #8468, transformers #44911: cu_seqlens over 3x the tokens)",
+        _expect_segments([0, 6, 8], [[0, 0, 0, 0, 0, 0, 1, 1]], 6)),
+    Pin("mrope_two_rows", Case((torch.stack([torch.tensor([[0, 1, 0], [0, 0, 1]])] * 3),)),
+        "(3, 2, L): two rows, each starting a segment", _expect_segments([0, 2, 3, 4, 6])),
+    Pin("text_row_and_mrope", Case((torch.cat([torch.tensor([[[0, 1, 2, 3, 4, 5, 0, 1]]]),
+                                               MROPE_IMAGE]),)),
+        "(4, B, L): transformers' text row first, then the three mRoPE planes",
+        _expect_segments([0, 6, 8])),
+    Pin("rows_never_share_a_segment", _positions([[0, 1, 2], [0, 1, 0]]),
+        "each row starts a segment; cu_seqlens runs over the flattened rows",
+        _expect_segments([0, 3, 5, 6], [[0, 0, 0], [0, 0, 1]], 3)),
+    Pin("no_tokens", Case((torch.zeros((2, 0), dtype=torch.int64),)),
+        "rows of no tokens: no segment, cu_seqlens [0], max_seqlen 0",
+        _expect_segments([0], [[], []], 0)),
+    Pin("jump_without_restart",
+        BadCase(_positions([[0, 1, 2, 3, 1, 2]]), ValueError, "1 after 3 is not a restart"),
+        "no packer writes it, and the readers disagree: transformers' flash-attention kwargs "
+        "see one segment (the minimum position only at column 0), its mask two (a step other "
+        "than +1)"),
+    Pin("row_not_at_start", BadCase(_positions([[1, 2, 3]]), ValueError, "row starts at 1"),
+        "a row that does not begin at position_ids_start (a slice from inside a sample) has no "
+        "segments the positions can tell"),
+    Pin("mrope_decrease",
+        BadCase(Case((torch.stack([torch.tensor([[0, 2, 1]])] * 3),)), ValueError,
+                "the text axis decreases without restarting"),
+        "mRoPE's text axis may stay or jump within a sample, never go back"),
+    Pin("one_dimensional", BadCase(_positions([0, 1, 0]), ValueError, "1-D"),
+        "(L,) positions are not (B, L): the batch axis is not guessed"),
+    Pin("position_ids_list", BadCase(Case(([[0, 1]],)), TypeError, "a list"),
+        "positions are a tensor"),
+]
+
+PACKED_SEGMENTS = register(OpInfo(
+    op="varlen",
+    function="packed_segments",
+    valid=segment_cases(),
+    invalid=bad_segment_cases(),
+    compare=assert_identical,
+    properties=[
+        Property("segments", prop_segments, prop_segments.__doc__),
+        Property("text_axis_only", prop_text_axis_only, prop_text_axis_only.__doc__,
+                 metamorphic=True),
+    ],
+    pins=SEGMENT_PINS,
+    forms={"int64": lambda c: c,
+           "int32": _segment_form(lambda t: t.to(torch.int32)),
+           "strided view": _segment_form(lambda t: torch.stack([t, t], -1)[..., 1])},
+    devices=("cpu", "cuda"),
+    to_device=_tensors_on,
+    example=SEGMENT_PINS[0].case,
+    doc="position_ids (B, L) or mRoPE (3 | 4, B, L) → the segments of each packed row",
 ))
 
 # --------------------------------------------------------------------------- unpack
@@ -721,13 +1014,27 @@ REPAD = register(OpInfo(
 
 # --------------------------------------------------------------------------- response_logprobs
 
-MODEL_SPECS = specs()  # every architecture x attention implementation, float32, CPU
+def model_specs() -> list[ModelSpec]:
+    """Every family of `batchproof.models.FAMILIES` the installed transformers has (attention,
+    hybrid and recurrent), each with its attention implementations, float32, CPU. A function:
+    asking whether a hybrid family exists imports transformers, which importing the registry
+    must not do."""
+    return specs(architectures=tuple(FAMILIES))
+
+
+# packing modes per kind of family: a hybrid or recurrent family is drawn with the modes that
+# keep its samples apart ("auto" scores it one sample per row; "position_ids" and "mask" refuse it
+# with a RuntimeError, which the reference does not raise: tests/test_varlen.py checks that)
+ATTENTION_PACKING = (None, "position_ids", "mask", "rows")  # None: the default, "auto"
+HYBRID_PACKING = (None, "rows")
 
 
 @st.composite
-def logprob_cases(draw, *, models: list[ModelSpec] = MODEL_SPECS) -> ModelCase:
-    """A tiny model, then a few samples of a few tokens, then the packing options."""
-    model = draw(st.sampled_from(models))
+def logprob_cases(draw, *, models: list[ModelSpec] | None = None) -> ModelCase:
+    """A tiny model (every family by default), then a few samples of a few tokens, then the
+    packing options (the modes that keep the family's samples apart: `HYBRID_PACKING` for a
+    family whose layers carry state along the row)."""
+    model = draw(st.sampled_from(models if models is not None else model_specs()))
     prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
                                       vocab=VOCAB))
     kwargs = {}
@@ -736,8 +1043,9 @@ def logprob_cases(draw, *, models: list[ModelSpec] = MODEL_SPECS) -> ModelCase:
         kwargs["max_tokens_per_batch"] = max(1, longest + draw(st.integers(0, 8)))
     if draw(st.booleans()):
         kwargs["pad_to_multiple"] = draw(st.sampled_from([1, 4, 8]))
-    if draw(st.integers(0, 3)) == 0:
-        kwargs["packing"] = "mask"
+    packing = draw(st.sampled_from(ATTENTION_PACKING if model.packs else HYBRID_PACKING))
+    if packing is not None:
+        kwargs["packing"] = packing
     return ModelCase((prompts, responses), kwargs, model=model)
 
 
@@ -748,7 +1056,7 @@ LOGPROB_DEFECTS = ["empty_prompt", "token_too_large", "negative_token", "over_bu
 @st.composite
 def bad_logprob_cases(draw) -> BadCase:
     kind = draw(st.sampled_from(LOGPROB_DEFECTS))  # first: Hypothesis favours the first kind
-    model = draw(st.sampled_from(MODEL_SPECS))
+    model = draw(st.sampled_from(model_specs()))
     prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
                                       vocab=VOCAB))
     prompts, responses = [list(p) for p in prompts], [list(r) for r in responses]
@@ -851,8 +1159,128 @@ def prop_samples_isolated(case: Case, out, candidate) -> None:
                            f"attend to their neighbours): {err}") from None
 
 
+# ------------------------------------------------- gradients: packed against per-sample forwards
+
+GRADIENT_TOLERANCE = {
+    # dtype: r, the largest |Δ| allowed in one parameter's gradient as a multiple of
+    # max(1, max |g|) over that parameter's reference gradient (docs/equivalence.md measures it)
+    torch.float32: 1e-5,
+    torch.bfloat16: 5e-2,
+    torch.float16: 5e-2,
+}
+
+
+def unique_tokens(prompts, responses, vocab: int = VOCAB):
+    """The same lengths with every token a distinct id (token i of the batch, counted prompt_0,
+    response_0, prompt_1, ..., becomes (37 i + 11) % vocab): the gradient of a token's row of
+    the embedding matrix is then the gradient of that one input embedding. None when the batch
+    has more tokens than the vocabulary."""
+    total = sum(len(row) for pair in zip(prompts, responses) for row in pair)
+    if total > vocab:
+        return None
+    ids = iter((37 * i + 11) % vocab for i in range(total))
+    new_prompts, new_responses = [], []
+    for prompt, response in zip(prompts, responses):
+        new_prompts.append([next(ids) for _ in prompt])
+        new_responses.append([next(ids) for _ in response])
+    return new_prompts, new_responses
+
+
+def model_gradients(fn, model, prompts, responses, kwargs) -> dict[str, torch.Tensor]:
+    """d sum(fn(model, prompts, responses, **kwargs, with_grad=True)) / d parameter, for every
+    parameter (zeros where the graph does not reach it, everywhere when no sample has a
+    response: the output then has no graph); `model`'s gradients are reset first."""
+    for parameter in model.parameters():
+        parameter.grad = None
+    total = fn(model, prompts, responses, **{**kwargs, "with_grad": True}).sum()
+    if total.requires_grad:
+        total.backward()
+    return {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
+            for name, p in model.named_parameters()}
+
+
+def assert_gradients_close(expected: dict, actual: dict, dtype: torch.dtype, *,
+                           embedding: str = "", tokens: dict | None = None) -> dict[str, float]:
+    """Every parameter's gradient within `GRADIENT_TOLERANCE[dtype]` x max(1, max |g|) of the
+    reference's; the rows of the input embedding matrix (`embedding`, the parameter's name) that
+    `tokens` maps to a place in the batch (`{token id: "responses[1][0]"}`) first, each named by
+    that place. Returns the largest |Δ| and its ratio to the allowed |Δ|."""
+    ratio = GRADIENT_TOLERANCE[dtype]
+    worst = {"max_abs": 0.0, "of_tolerance": 0.0}
+
+    def check(name: str, want: torch.Tensor, got: torch.Tensor, scale: float) -> None:
+        delta = float((want - got).abs().max()) if want.numel() else 0.0
+        allowed = ratio * max(1.0, scale)
+        worst["max_abs"] = max(worst["max_abs"], delta)
+        worst["of_tolerance"] = max(worst["of_tolerance"], delta / allowed)
+        if not delta <= allowed:  # NaN fails too
+            raise Mismatch(f"gradient of {name}: max |Δ| {delta:.3g} beyond the {dtype} "
+                           f"tolerance {allowed:.3g} ({ratio:g} x max(1, max |g| = {scale:.3g}))")
+
+    _assert(set(expected) == set(actual), f"parameters differ: {sorted(set(expected) ^ set(actual))}")
+    if embedding and tokens:
+        scale = float(expected[embedding].abs().max())
+        for token, place in tokens.items():
+            check(f"the input embedding of {place}", expected[embedding][token],
+                  actual[embedding][token], scale)
+    for name in expected:
+        check(name, expected[name], actual[name], float(expected[name].abs().max()))
+    return worst
+
+
+def prop_gradients(case: Case, out, candidate) -> None:
+    """The gradients of the summed response logprobs with respect to every parameter and every
+    input embedding (token ids made distinct, so each embedding row is one position's) equal the
+    per-sample dense forwards' (the oracle), within `GRADIENT_TOLERANCE` of the model's dtype:
+    a packed forward that leaks between samples, or a log-softmax whose normaliser is detached,
+    changes them."""
+    if not isinstance(case, ModelCase):
+        return
+    prompts, responses = case.args
+    relabelled = unique_tokens(prompts, responses)
+    if relabelled is not None:
+        prompts, responses = relabelled
+    model = trainable_model(case.model)
+    kwargs = {k: v for k, v in case.kwargs.items() if k != "with_grad"}
+    expected = model_gradients(_reference.response_logprobs, model, prompts, responses, kwargs)
+    actual = model_gradients(candidate, model, prompts, responses, kwargs)
+    embedding = next(n for n, p in model.named_parameters()
+                     if p is model.get_input_embeddings().weight)
+    tokens = {} if relabelled is None else {
+        token: f"{name}[{k}][{j}]" for name, rows in (("prompts", prompts),
+                                                      ("responses", responses))
+        for k, row in enumerate(rows) for j, token in enumerate(row)}
+    assert_gradients_close(expected, actual, case.model.torch_dtype, embedding=embedding,
+                           tokens=tokens)
+
+
 def _model_case(prompts, responses, arch="llama", attn="eager", **kwargs) -> ModelCase:
     return ModelCase((prompts, responses), kwargs, model=ModelSpec(arch, attn))
+
+
+# one pin per hybrid or recurrent family: three samples, the first two in one micro-batch, the
+# second with a one-token prompt (its first response token is scored at the very position whose
+# state the previous sample would leak into)
+HYBRID_PROMPTS = [[5, 17, 33], [2], [40, 41, 42, 43]]
+HYBRID_RESPONSES = [[7, 8, 9, 10], [11, 12, 13], [14, 15]]
+HYBRID_PINS = {
+    "lfm2": ("short_conv_boundaries", "sdpa",
+             "LFM2's short convolution (kernel 3) reads the two tokens before each position: "
+             "packed, the previous sample's last two (transformers' PyTorch path passes no "
+             "boundaries to it)"),
+    "qwen3_next": ("gated_delta_net_boundaries", "sdpa",
+                   "Qwen3-Next's gated delta net (and its convolution) run over the packed row "
+                   "as one sequence: the recurrent state flows into the next sample "
+                   "(cu_seq_lens are ignored by the PyTorch kernel)"),
+    "qwen3_5": ("qwen3_5_gated_delta_net_boundaries", "eager",
+                "Qwen3.5's text model: the same gated delta net leak"),
+    "bamba": ("bamba_mamba_boundaries", "sdpa",
+              "Bamba's Mamba2 mixer scans the packed row as one sequence"),
+    "nemotron_h": ("nemotron_h_mamba_boundaries", "eager",
+                   "Nemotron-H's Mamba2 mixer scans the packed row as one sequence"),
+    "mamba2": ("mamba2_boundaries", "eager",
+               "a pure Mamba2: every layer carries its state into the next sample"),
+}
 
 
 CROSS_SAMPLE = _model_case([[5, 17, 33], [2, 9], [40, 41, 42, 43]],
@@ -883,6 +1311,8 @@ LOGPROB_PINS = [
     Pin("with_grad_not_a_bool",
         _bad(([[1]], [[2]]), {"with_grad": 1}, TypeError, "with_grad is an int",
              ModelSpec("llama", "eager")), "with_grad must be a bool"),
+    *[Pin(name, _model_case(HYBRID_PROMPTS, HYBRID_RESPONSES, arch=arch, attn=attn), why)
+      for arch, (name, attn, why) in HYBRID_PINS.items()],
 ]
 
 RESPONSE_LOGPROBS = register(OpInfo(
@@ -895,6 +1325,7 @@ RESPONSE_LOGPROBS = register(OpInfo(
         Property("zero_off_response", prop_zero_off_response, prop_zero_off_response.__doc__),
         Property("samples_isolated", prop_samples_isolated, prop_samples_isolated.__doc__,
                  metamorphic=True),
+        Property("gradients", prop_gradients, prop_gradients.__doc__, metamorphic=True),
     ],
     pins=LOGPROB_PINS,
     forms={"lists": lambda c: c, "jagged": _jagged_form,

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 import torch
+from tensordict import TensorDict
 
 from batchproof.impl import varlen as _impl
 from batchproof.reference import varlen as _reference
@@ -25,6 +26,8 @@ _unpad = _impl.unpad
 _repad = _impl.repad
 _logprobs = _impl.response_logprobs
 _oracle_unpack = _reference.unpack_response_logprobs
+_segments = _impl.packed_segments
+_oracle_segments = _reference.packed_segments
 _forward = _impl._forward_position_ids
 
 
@@ -140,6 +143,107 @@ def _max_seqlen_of_samples(prompts, responses, **kwargs):
     lengths = (td["prompt_lengths"] + td["response_lengths"]).tolist()
     td.set_non_tensor("max_seqlen", max(lengths, default=0))
     return td
+
+
+def _tail_positions_at_start(td, prompts, responses, kwargs):
+    """The tail pad's positions all position_ids_start (a zero-padded tail) instead of counting
+    up: every pad token reads as a one-token sample."""
+    positions = td["position_ids"].clone()
+    real = int((td["prompt_lengths"] + td["response_lengths"]).sum())
+    positions[0, real:] = kwargs.get("position_ids_start", 0)
+    return positions
+
+
+def _positions_from_zero(td, prompts, responses, kwargs):
+    """position_ids_start ignored: 0-based positions whatever the model counts from."""
+    return td["position_ids"] - kwargs.get("position_ids_start", 0)
+
+
+# --------------------------------------------------------------------------- packed_segments
+
+
+def _segments_from_starts(text: torch.Tensor, starts: torch.Tensor) -> TensorDict:
+    """The contract's outputs from a (B, L) mask of segment starts (no validation)."""
+    batch, width = text.shape
+    flat = starts.reshape(-1)
+    boundaries = torch.nonzero(flat).flatten().to(torch.int32)
+    end = torch.tensor([batch * width], dtype=torch.int32) if flat.numel() else boundaries[:0]
+    cu = torch.cat([boundaries, end]) if flat.numel() else torch.zeros(1, dtype=torch.int32)
+    lengths = cu.diff()
+    out = TensorDict({"cu_seqlens": cu, "seq_idx": torch.cumsum(starts, 1, dtype=torch.int32) - 1},
+                     batch_size=[])
+    out.set_non_tensor("max_seqlen", int(lengths.max()) if lengths.numel() else 0)
+    return out
+
+
+def _validated(position_ids, position_ids_start=0):
+    """The text axis (B, L) after the contract's checks (the correct function raises)."""
+    _segments(position_ids, position_ids_start=position_ids_start)
+    return position_ids if position_ids.dim() == 2 else position_ids[0]
+
+
+def _segments_strict_decrease(position_ids, *, position_ids_start=0):
+    """A boundary only where the position decreases: 0 after 0 (a one-token sample) is missed,
+    so the one-token sample joins the next one (ms-swift #9904)."""
+    text = _validated(position_ids, position_ids_start)
+    starts = torch.zeros_like(text, dtype=torch.bool)
+    starts[:, :1] = True
+    starts[:, 1:] = text[:, 1:] < text[:, :-1]
+    return _segments_from_starts(text, starts)
+
+
+def _segments_restart_at_zero(position_ids, *, position_ids_start=0):
+    """Restarts looked for at position 0 whatever position_ids_start says (transformers
+    #47496): rows that count from 2 become one segment each."""
+    text = _validated(position_ids, position_ids_start)
+    starts = text == 0
+    starts[:, :1] = True
+    return _segments_from_starts(text, starts)
+
+
+def _segments_mrope_axis_as_batch(position_ids, *, position_ids_start=0):
+    """(3, B, L) read as 3 x B rows of positions: the mRoPE axis taken for a batch axis (verl
+    #7137, ms-swift #8468, transformers #44911: cu_seqlens over three times the tokens)."""
+    rows = position_ids.reshape(-1, position_ids.shape[-1]) if position_ids.numel() else \
+        position_ids.new_zeros((position_ids.shape[:-1].numel(), position_ids.shape[-1]))
+    starts = rows == position_ids_start
+    starts[:, :1] = True
+    return _segments_from_starts(rows, starts)
+
+
+def _segments_unvalidated(position_ids, *, position_ids_start=0):
+    """No check of the positions: a jump, a row that does not begin at the start, anything, is
+    read as some segments."""
+    text = position_ids if position_ids.dim() == 2 else position_ids[0]
+    starts = text == position_ids_start
+    starts[:, :1] = True
+    return _segments_from_starts(text, starts)
+
+
+def _segments_coalesced_tail(position_ids, *, position_ids_start=0):
+    """A trailing run of two or more one-token segments (positions at the start that end the
+    row) read as one padded tail, the rule VeOmni #845 / #918 apply to their own pad: real
+    one-token samples that end a row merge."""
+    text = _validated(position_ids, position_ids_start)
+    starts = text == position_ids_start
+    starts[:, :1] = True
+    for row in range(text.shape[0]):
+        run = 0
+        while run < text.shape[1] and bool(starts[row, text.shape[1] - 1 - run]):
+            run += 1
+        if run >= 2:
+            starts[row, text.shape[1] - run + 1:] = False
+    return _segments_from_starts(text, starts)
+
+
+def _segments_step_rule(position_ids, *, position_ids_start=0):
+    """transformers' mask-path rule as the contract: a boundary wherever the position does not
+    step by +1 (find_packed_sequence_indices). The same on (B, L) rows; on mRoPE's text axis an
+    image's plateau and the jump after it become boundaries."""
+    text = _validated(position_ids, position_ids_start)
+    starts = torch.ones_like(text, dtype=torch.bool)
+    starts[:, 1:] = text[:, 1:] != text[:, :-1] + 1
+    return _segments_from_starts(text, starts)
 
 
 # --------------------------------------------------------------------------- unpack
@@ -289,6 +393,18 @@ def logprobs_with_forward(forward: Callable) -> Callable:
     return _swapped(_logprobs, _forward_position_ids=forward)
 
 
+def _no_layers(model) -> list[str]:
+    return []
+
+
+def _detached_normaliser(logits: torch.Tensor, targets: torch.Tensor, chunk_size: int):
+    """log_softmax written as `logits - logsumexp(logits).detach()`: the same values, but the
+    gradient loses the softmax term (only the target's logit is pushed up)."""
+    scores = logits.float()
+    normaliser = torch.logsumexp(scores, dim=-1, keepdim=True).detach()
+    return (scores - normaliser).gather(-1, targets[:, None]).squeeze(-1)
+
+
 def _logprobs_rows_of_kept_samples(model, prompts, responses, **kwargs):
     """Samples without a response skipped, and the scored rows stacked from the top: every row
     after a skipped sample holds the next sample's logprobs."""
@@ -383,6 +499,62 @@ ENTRIES = [
         bug="cu_seqlens left int64 by cumsum (flash-attn varlen kernels require int32)",
         killers=("property:layout", "equivalence"),
         replacement=_edited(cu_seqlens=_cu_seqlens_int64),
+    ),
+    ZooEntry(
+        name="varlen.tail_pad_positions_at_start",
+        op="varlen", function="pack_varlen",
+        bug="a zero-padded tail: the tail pad's positions all position_ids_start, so every pad "
+            "token reads as its own one-token sample",
+        reference="VeOmni #746 (pad_to_length padded position_ids with zeros: cu_seq_lens grew "
+                  "with the pad length)",
+        killers=("property:segments_are_cu_seqlens", "property:segments_never_cross",
+                 "pin:tail_pad_holds_pad_token", "equivalence"),
+        replacement=_edited(position_ids=_tail_positions_at_start),
+    ),
+    ZooEntry(
+        name="varlen.positions_ignore_start",
+        op="varlen", function="pack_varlen",
+        bug="position_ids_start ignored: 0-based positions for a model that counts from 2",
+        reference="transformers #47496 / #47525 (DataCollatorWithFlattening, RoBERTa-like models)",
+        killers=("pin:positions_start_at_two", "property:segments_never_cross",
+                 "property:segments_are_cu_seqlens", "equivalence"),
+        replacement=_edited(position_ids=_positions_from_zero),
+    ),
+    ZooEntry(
+        name="varlen.segments_strict_decrease",
+        op="varlen", function="packed_segments",
+        bug="boundaries only where the position decreases: a one-token sample (0 after 0) is "
+            "merged into the next sample",
+        reference="ms-swift #9904 (revert_padding_free)",
+        killers=("equivalence", "property:segments", "pin:single_token_sample",
+                 "pin:consecutive_single_token_samples"),
+        replacement=_segments_strict_decrease,
+    ),
+    ZooEntry(
+        name="varlen.segments_restart_at_zero",
+        op="varlen", function="packed_segments",
+        bug="restarts looked for at position 0, not at position_ids_start: rows counted from 2 "
+            "are one segment each",
+        reference="transformers #47496 / #47525",
+        killers=("equivalence", "property:segments", "pin:restart_at_position_ids_start"),
+        replacement=_segments_restart_at_zero,
+    ),
+    ZooEntry(
+        name="varlen.segments_mrope_axis_as_batch",
+        op="varlen", function="packed_segments",
+        bug="(3, B, L) mRoPE positions read as 3 x B rows: the mRoPE axis taken for a batch axis",
+        reference="verl #7137, ms-swift #8468, transformers #44911",
+        killers=("equivalence", "property:text_axis_only", "pin:mrope_text_axis",
+                 "pin:mrope_two_rows"),
+        replacement=_segments_mrope_axis_as_batch,
+    ),
+    ZooEntry(
+        name="varlen.segments_unvalidated",
+        op="varlen", function="packed_segments",
+        bug="positions no packer writes (a step that is not a restart, a row that does not "
+            "begin at the start) read as some segments instead of rejected",
+        killers=("errors", "pin:jump_without_restart", "pin:row_not_at_start"),
+        replacement=_segments_unvalidated,
     ),
     ZooEntry(
         name="varlen.unpack_cut_to_size",
@@ -515,6 +687,39 @@ ENTRIES = [
         replacement=logprobs_with_forward(_forward_at_target),
     ),
     ZooEntry(
+        name="varlen.recurrent_state_across_samples",
+        op="varlen", function="response_logprobs",
+        bug="a hybrid or recurrent model packed like an attention model: its recurrent kernels "
+            "(Mamba2 scans, gated delta nets) and short convolutions run over the packed row "
+            "with no boundaries, so each sample starts from the previous sample's state",
+        reference="transformers' PyTorch paths ignore cu_seq_lens / seq_idx (Qwen3-Next, "
+                  "Qwen3.5, Bamba, Nemotron-H, Mamba2, LFM2); slime #1686, NeMo Automodel "
+                  "#2131/#2147, flash-linear-attention #1184",
+        killers=("pin:gated_delta_net_boundaries", "pin:qwen3_5_gated_delta_net_boundaries",
+                 "pin:bamba_mamba_boundaries", "pin:nemotron_h_mamba_boundaries",
+                 "pin:mamba2_boundaries", "pin:short_conv_boundaries"),
+        replacement=_swapped(_logprobs, _recurrent_layers=_no_layers,
+                             _convolution_layers=_no_layers),
+    ),
+    ZooEntry(
+        name="varlen.short_conv_across_samples",
+        op="varlen", function="response_logprobs",
+        bug="short convolutions not counted as state: a model whose only layers that carry "
+            "state are convolutions (LFM2) is packed, and its convolution, given no seq_idx, "
+            "reads the previous sample's last tokens",
+        reference="LFM2 in transformers 5.23 / 5.24 (docs/equivalence.md); lmms-engine #167",
+        killers=("pin:short_conv_boundaries",),
+        replacement=_swapped(_logprobs, _convolution_layers=_no_layers),
+    ),
+    ZooEntry(
+        name="varlen.logprobs_detached_normaliser",
+        op="varlen", function="response_logprobs",
+        bug="log-softmax as logits - logsumexp(logits).detach(): the values are right, the "
+            "gradients are not (the normaliser's share is dropped)",
+        killers=("property:gradients",),
+        replacement=_swapped(_logprobs, _token_logprobs=_detached_normaliser),
+    ),
+    ZooEntry(
         name="varlen.logprobs_empty_prompt_reads_previous_logit",
         op="varlen", function="response_logprobs",
         bug="p == 0 < r scored: the first response token gets the previous sample's last logit",
@@ -571,6 +776,15 @@ ENTRIES = [
     _choice("oracle_unpad_max_seqlen_tensor", "unpad",
             "max_seqlen a 0-d tensor instead of a Python int", ("property:cu_seqlens",),
             _unpad_max_seqlen_tensor),
+    _choice("oracle_segments_coalesce_tail", "packed_segments",
+            "one-token segments that end a row read as one padded tail instead of one-token "
+            "samples", ("property:segments", "pin:single_token_samples_at_the_end",
+                        "pin:zero_padded_tail"),
+            _segments_coalesced_tail),
+    _choice("oracle_segments_step_rule", "packed_segments",
+            "a boundary wherever the position does not step by +1 (transformers' mask path) "
+            "instead of where it restarts at position_ids_start",
+            ("property:segments", "pin:mrope_text_axis"), _segments_step_rule),
     _choice("oracle_logprobs_left_aligned", "response_logprobs",
             "response logprobs left-aligned in (B, max r) instead of right-aligned",
             ("property:zero_off_response",), _logprobs_left_aligned),
