@@ -239,7 +239,7 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
 PAGES = {"skyrl.rl_batch_0_4": "frameworks-skyrl04.md", "skyrl.rl_batch": "frameworks.md",
          "skyrl.": "frameworks-skyrl-sft.md", "verl.": "frameworks.md",
          "transformers.": "frameworks-transformers.md", "trl.": "frameworks-trl.md",
-         "openrlhf.": "frameworks-openrlhf.md"}
+         "openrlhf.": "frameworks-openrlhf.md", "megatron.": "cp.md"}
 
 
 def markdown_rows(releases_run: list[Release], reports: Path) -> str:
@@ -265,7 +265,8 @@ def markdown_rows(releases_run: list[Release], reports: Path) -> str:
             confirmed = sum(k["status"] == "confirmed" for k in known)
             new = sum(s == "new" for s in statuses) + sum(
                 k["status"] == "diverged otherwise" for k in known)
-            page = next(v for k, v in PAGES.items() if report["adapter"].startswith(k))
+            page = next((v for k, v in PAGES.items() if report["adapter"].startswith(k)),
+                        "frameworks.md")
             function = report["target"].rpartition(":")[2]
             lines.append(
                 f"| {release.name} | [`{report['adapter']}`]({page}): `{function}` → "

@@ -15,6 +15,7 @@ needs randomness it draws a seed and builds a `torch.Generator` from it (`genera
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,24 +68,30 @@ def length_pairs(
     independent | anti-correlated (multi-turn step-wise: long prompt ↔ short response) |
     all equal | empty prompts | empty responses | empty rows mixed in | single sample
     """
+    rows = functools.partial(_length_rows, min_prompt=min_prompt, max_prompt=max_prompt,
+                             min_response=min_response, max_response=max_response)
+    return st.integers(min_rows, max_rows).flatmap(rows)
+
+
+@functools.lru_cache(maxsize=4096)
+def _length_rows(n: int, *, min_prompt: int, max_prompt: int, min_response: int,
+                 max_response: int) -> st.SearchStrategy[list[tuple[int, int]]]:
+    """`length_pairs`' shapes for n rows (built once per n and bounds: a flatmap calls this on
+    every draw, and building strategies inside a draw is most of what shrinking costs)."""
     prompt = st.integers(min_prompt, max_prompt)
     response = st.integers(min_response, max_response)
     pair = st.tuples(prompt, response)
-
-    def rows(n: int) -> st.SearchStrategy[list[tuple[int, int]]]:
-        return st.one_of(
-            st.lists(pair, min_size=n, max_size=n),
-            _anti_correlated(n, min_prompt, max_prompt, min_response, max_response),
-            pair.map(lambda pr: [pr] * n),
-            st.lists(response, min_size=n, max_size=n).map(
-                lambda rs: [(min_prompt, r) for r in rs]),
-            st.lists(prompt, min_size=n, max_size=n).map(
-                lambda ps: [(p, min_response) for p in ps]),
-            st.lists(st.one_of(pair, st.just((min_prompt, min_response))), min_size=n,
-                     max_size=n),
-        )
-
-    return st.integers(min_rows, max_rows).flatmap(rows)
+    return st.one_of(
+        st.lists(pair, min_size=n, max_size=n),
+        _anti_correlated(n, min_prompt, max_prompt, min_response, max_response),
+        pair.map(lambda pr: [pr] * n),
+        st.lists(response, min_size=n, max_size=n).map(
+            lambda rs: [(min_prompt, r) for r in rs]),
+        st.lists(prompt, min_size=n, max_size=n).map(
+            lambda ps: [(p, min_response) for p in ps]),
+        st.lists(st.one_of(pair, st.just((min_prompt, min_response))), min_size=n,
+                 max_size=n),
+    )
 
 
 def _anti_correlated(n, min_p, max_p, min_r, max_r) -> st.SearchStrategy:
@@ -105,6 +112,7 @@ def _anti_correlated(n, min_p, max_p, min_r, max_r) -> st.SearchStrategy:
     return st.tuples(total, jitter).map(build)
 
 
+@functools.lru_cache(maxsize=None)
 def token_ids(*, vocab: int = VOCAB) -> st.SearchStrategy[int]:
     """Token ids biased to small values, so ids equal to the pad token (usually 0) show up."""
     return st.one_of(st.integers(0, min(3, vocab - 1)), st.integers(0, vocab - 1))
@@ -113,10 +121,16 @@ def token_ids(*, vocab: int = VOCAB) -> st.SearchStrategy[int]:
 def token_rows(
     row_lengths: Sequence[int], *, vocab: int = VOCAB
 ) -> st.SearchStrategy[list[list[int]]]:
+    return _token_rows(tuple(row_lengths), vocab)
+
+
+@functools.lru_cache(maxsize=4096)
+def _token_rows(row_lengths: tuple[int, ...], vocab: int) -> st.SearchStrategy[list[list[int]]]:
     return st.tuples(*[st.lists(token_ids(vocab=vocab), min_size=n, max_size=n)
                        for n in row_lengths]).map(list)
 
 
+@functools.lru_cache(maxsize=None)
 def float32s(*, special: bool = True) -> st.SearchStrategy[float]:
     """float32-exact finite floats, including -0.0, subnormals and large magnitudes; never NaN."""
     plain = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)
@@ -132,12 +146,22 @@ def float_dtypes() -> st.SearchStrategy[torch.dtype]:
 
 
 def float_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[float]]]:
+    return _float_rows(tuple(row_lengths))
+
+
+@functools.lru_cache(maxsize=4096)
+def _float_rows(row_lengths: tuple[int, ...]) -> st.SearchStrategy[list[list[float]]]:
     return st.tuples(*[st.lists(float32s(), min_size=n, max_size=n)
                        for n in row_lengths]).map(list)
 
 
 def mask_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[int]]]:
     """0/1 masks with interior zeros (multi-turn: tool or user tokens inside the trained span)."""
+    return _mask_rows(tuple(row_lengths))
+
+
+@functools.lru_cache(maxsize=4096)
+def _mask_rows(row_lengths: tuple[int, ...]) -> st.SearchStrategy[list[list[int]]]:
     return st.tuples(*[st.lists(st.sampled_from([0, 1, 1]), min_size=n, max_size=n)
                        for n in row_lengths]).map(list)
 
