@@ -112,7 +112,7 @@ def _anti_correlated(n, min_p, max_p, min_r, max_r) -> st.SearchStrategy:
     return st.tuples(total, jitter).map(build)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def token_ids(*, vocab: int = VOCAB) -> st.SearchStrategy[int]:
     """Token ids biased to small values, so ids equal to the pad token (usually 0) show up."""
     return st.one_of(st.integers(0, min(3, vocab - 1)), st.integers(0, vocab - 1))
@@ -130,7 +130,7 @@ def _token_rows(row_lengths: tuple[int, ...], vocab: int) -> st.SearchStrategy[l
                        for n in row_lengths]).map(list)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def float32s(*, special: bool = True) -> st.SearchStrategy[float]:
     """float32-exact finite floats, including -0.0, subnormals and large magnitudes; never NaN."""
     plain = st.floats(-1e6, 1e6, width=32, allow_nan=False, allow_infinity=False)

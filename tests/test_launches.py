@@ -8,7 +8,6 @@ per-row read on the device path. (Triton kernels are launches of their own, coun
 from __future__ import annotations
 
 import pytest
-import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from batchproof import placements
