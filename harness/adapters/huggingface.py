@@ -327,10 +327,16 @@ PACK_VARLEN_KNOWN_5_23 = (
 )
 def start_unchecked(case: Case) -> bool:
     """`position_ids_start` a bool, a float or a negative int: the collator adds it to every
-    position without a check (a str raises TypeError on the addition, the contract's type)."""
+    position without a check. A str raises TypeError on the addition, the contract's type —
+    unless there is no token to add it to (every sample empty): then it is accepted too."""
     call = case if isinstance(case, Call) else Call.of(case, _contract)
     start = call.arg("position_ids_start", 0)
-    return isinstance(start, (bool, float)) or (isinstance(start, int) and start < 0)
+    if isinstance(start, (bool, float)) or (isinstance(start, int) and start < 0):
+        return True
+    prompts, responses = call.lengths("prompts"), call.lengths("responses")
+    if prompts is None or responses is None or isinstance(start, int) or start is None:
+        return False
+    return sum(prompts) + sum(responses) == 0
 
 
 START_UNCHECKED = KnownDivergence(
@@ -338,7 +344,8 @@ START_UNCHECKED = KnownDivergence(
     accepts=True, raises=ValueError,
     doc="position_ids_start is not checked: True counts as 1, 2.0 writes float positions that "
         "torch.tensor(..., dtype=int64) turns back into ints, -1 writes negative positions "
-        "(with every sample empty, 5.24 raises its ValueError for that first); the contract "
+        "(with every sample empty, 5.24 raises its ValueError for that first, and 5.23 accepts "
+        "even a str); the contract "
         "raises TypeError (not an int) or ValueError (< 0). Found by batchproof check (5.23.0 "
         "and 5.24.0).")
 PACK_VARLEN_KNOWN_5_23 = (*PACK_VARLEN_KNOWN_5_23, START_UNCHECKED)
