@@ -167,11 +167,11 @@ def test_cli_check_on_a_module_function(capsys) -> None:
 # --------------------------------------------------------------------------- real frameworks
 
 
-def _run(name: str, checks: list[str], without: tuple[str, ...] = ()):
+def _run(name: str, checks: list[str], without: tuple[str, ...] = (), examples: int = 40):
     adapter = adapters.get_adapter(name)
     if without:
         adapter = adapter.without(*without)
-    return check_adapter(adapter, checks=checks, max_examples=40, replay_database=False,
+    return check_adapter(adapter, checks=checks, max_examples=examples, replay_database=False,
                          derandomize=True)
 
 
@@ -363,7 +363,10 @@ def verl_padding():
 def test_verl_padding_has_known_divergences_only(verl_padding, name: str) -> None:
     from batchproof import registry
 
-    report = _run(name, registry.get(adapters.get_adapter(name).record).check_names())
+    # 20 examples, the matrix's size: no_padding_2_padding's bad inputs are mostly a known
+    # divergence's (empty_prompt_by_assert), so its `errors` check draws ~50 for each it keeps
+    report = _run(name, registry.get(adapters.get_adapter(name).record).check_names(),
+                  examples=20)
     assert not report.new, [(o.check, o.detail, o.notes) for o in report.new]
     assert {o.check: o.status for o in report.outcomes}["equivalence"] == "pass"
     met = {k["name"]: (k["matched"], k["confirmed"]) for k in report.known}
