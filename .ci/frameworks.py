@@ -4,8 +4,8 @@
     python .ci/frameworks.py [--only NAME ...] [--wheel PATH] [--venvs DIR] [--jobs N]
                              [--max-examples N] [--json FILE] [--commands]
 
-For each release in `.ci/frameworks.toml` (SkyRL 0.3.0 and 0.4.0, verl 0.9.1, transformers 5.23.0
-and 5.24.0, TRL 1.16.0, OpenRLHF 0.11.2):
+For each release in `.ci/frameworks.toml` (verl 0.9.1, TRL 1.16.0, SkyRL 0.3.0 and 0.4.0,
+transformers 5.23.0 and 5.24.0, OpenRLHF 0.11.2, Megatron-Core 0.16.1):
 
 1. its venv: kept between runs under --venvs (default `$BATCHPROOF_FRAMEWORK_VENVS`, else
    `~/.cache/batchproof/frameworks`), rebuilt only when its stamp changes (the release's entry,
