@@ -341,6 +341,89 @@ def test_verl_micro_batches_composition_is_verls_own_algorithm(verl) -> None:
     assert sorted(map(sorted, batches)) == [[0, 1, 5], [2, 3, 4]]  # the contract: [1, 3, 4] ...
 
 
+def _dp_cases(world: int, count: int) -> list[tuple[list[list[int]], int]]:
+    """Per-rank lengths (each rank its own number of rows) and one max_tokens, drawn
+    derandomized, plus a case whose ranks need different counts alone (1 and 3)."""
+    import hypothesis
+
+    drawn = []
+    rows = st.lists(st.integers(1, 12), min_size=1, max_size=8)
+
+    @hypothesis.settings(max_examples=count, derandomize=True, database=None, deadline=None,
+                         phases=[hypothesis.Phase.generate],
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(per_rank=st.lists(rows, min_size=world, max_size=world),
+                      slack=st.integers(0, 24))
+    def draw(per_rank, slack):
+        drawn.append((per_rank, max(max(r) for r in per_rank) + slack))
+
+    draw()
+    return [([[1] * 6, [12, 12, 12]], 12), *drawn]
+
+
+def _verl_alone(seqlen, lengths: list[int], max_tokens: int, count: int) -> list[list[int]]:
+    from dp_ranks import padded_batch
+
+    return seqlen.rearrange_micro_batches(padded_batch(lengths), max_tokens,
+                                          min_num_micro_batch=count)[1]
+
+
+def _one_process(seqlen, per_rank: list[list[int]], max_tokens: int):
+    """What the ranks must agree on, computed in one process: the smallest count at least
+    every rank's own lower bound at which every rank's balanced partition fits max_tokens;
+    each rank's micro-batches are then its own at that count. None where that count exceeds
+    some rank's rows (verl raises ValueError on every rank)."""
+    count = max(min(len(rows), -(-sum(rows) // max_tokens)) for rows in per_rank)
+    while count <= min(len(rows) for rows in per_rank):
+        alone = [_verl_alone(seqlen, rows, max_tokens, count) for rows in per_rank]
+        if all(len(batches) == count for batches in alone):
+            return alone
+        count += 1
+    return None
+
+
+def test_verl_micro_batches_agree_through_a_real_process_group(verl, tmp_path) -> None:
+    """verl 0.9.1's `rearrange_micro_batches(dp_group=...)` across 2 real ranks (gloo): every
+    rank gets the same number of micro-batches, each within max_tokens and together its rows
+    once, and exactly the micro-batches one process computes for that rank at the agreed count
+    (`_one_process`). The same cases with `same_micro_num_in_dp=False` planted in every rank
+    must come back different (the property can fail)."""
+    import pickle
+
+    import dp_ranks
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with the gloo backend is not available here")
+    world = 2
+    cases = [(per_rank, budget) for per_rank, budget in _dp_cases(world, 40)
+             if _one_process(verl, per_rank, budget) is not None]
+    assert len(cases) >= 20
+
+    def through_ranks(run: str, same: bool) -> list[list[list[list[int]]]]:
+        out = str(tmp_path / run)
+        mp.start_processes(dp_ranks.rank_main,
+                           args=(world, str(tmp_path / f"rendezvous-{run}"), cases, out, same),
+                           nprocs=world, start_method="spawn", join=True)
+        got = []
+        for rank in range(world):
+            with open(f"{out}.{rank}", "rb") as handle:
+                got.append(pickle.load(handle))
+        return [[got[rank][index] for rank in range(world)] for index in range(len(cases))]
+
+    expected = [_one_process(verl, per_rank, budget) for per_rank, budget in cases]
+    for (per_rank, budget), ranks, wanted in zip(cases, through_ranks("synced", True), expected):
+        assert len({len(batches) for batches in ranks}) == 1, (per_rank, budget, ranks)
+        for rows, batches in zip(per_rank, ranks):
+            assert sorted(i for b in batches for i in b) == list(range(len(rows)))
+            assert all(sum(rows[i] for i in b) <= budget for b in batches), (rows, batches)
+        assert ranks == wanted, (per_rank, budget, ranks, wanted)
+    planted = through_ranks("unsynced", False)
+    assert any(ranks != wanted for ranks, wanted in zip(planted, expected)), (
+        "each rank keeping its own count went through the process group unnoticed")
+
+
 def test_verl_position_ids_domain_is_the_valid_inputs(verl) -> None:
     """verl's function is given the reference's attention mask: an invalid input never gets
     that far, so its pins are outside the domain (not an AdapterError, not a divergence)."""
