@@ -362,7 +362,7 @@ def _dp_cases(world: int, count: int) -> list[tuple[list[list[int]], int]]:
 
 
 def _verl_alone(seqlen, lengths: list[int], max_tokens: int, count: int) -> list[list[int]]:
-    from dp_ranks import padded_batch
+    from verl_ranks import padded_batch
 
     return seqlen.rearrange_micro_batches(padded_batch(lengths), max_tokens,
                                           min_num_micro_batch=count)[1]
@@ -390,9 +390,9 @@ def test_verl_micro_batches_agree_through_a_real_process_group(verl, tmp_path) -
     must come back different (the property can fail)."""
     import pickle
 
-    import dp_ranks
     import torch.distributed as dist
     import torch.multiprocessing as mp
+    import verl_ranks
 
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with the gloo backend is not available here")
@@ -403,7 +403,7 @@ def test_verl_micro_batches_agree_through_a_real_process_group(verl, tmp_path) -
 
     def through_ranks(run: str, same: bool) -> list[list[list[list[int]]]]:
         out = str(tmp_path / run)
-        mp.start_processes(dp_ranks.rank_main,
+        mp.start_processes(verl_ranks.rank_main,
                            args=(world, str(tmp_path / f"rendezvous-{run}"), cases, out, same),
                            nprocs=world, start_method="spawn", join=True)
         got = []
@@ -422,6 +422,65 @@ def test_verl_micro_batches_agree_through_a_real_process_group(verl, tmp_path) -
     planted = through_ranks("unsynced", False)
     assert any(ranks != wanted for ranks, wanted in zip(planted, expected)), (
         "each rank keeping its own count went through the process group unnoticed")
+
+
+def _packed_rows(count: int) -> list[tuple[list[int], list[int]]]:
+    """Packed rows (ids, positions restarting at every sequence), drawn derandomized: 1 to 5
+    sequences of 0 to 7 tokens, so the row's length is and is not a multiple of the world."""
+    import hypothesis
+
+    drawn = []
+
+    @hypothesis.settings(max_examples=count, derandomize=True, database=None, deadline=None,
+                         phases=[hypothesis.Phase.generate],
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(st.lists(st.lists(st.integers(0, 49), max_size=7), min_size=1,
+                               max_size=5).filter(lambda seqs: any(seqs)))
+    def draw(seqs):
+        drawn.append(([t for s in seqs for t in s], [p for s in seqs for p in range(len(s))]))
+
+    draw()
+    return drawn
+
+
+def test_verl_ulysses_slices_and_gathers_through_a_real_process_group(tmp_path) -> None:
+    """verl 0.9.1's Ulysses helpers across 2 real ranks (gloo; one spawn costs ~10 s of the
+    matrix's budget, so one world size): every rank pads the packed
+    row to a multiple of the world and takes its slice (`ulysses_pad_and_slice_inputs`),
+    computes per-token outputs from its ids and positions, and `gather_outputs_and_unpad`
+    gathers them and drops the pad: the result must equal the outputs computed on the whole row
+    in one process, bit for bit. With the positions left unsliced (verl's
+    `skip_position_ids_rmpad`) planted, some row must come back different."""
+    import pickle
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import verl_ranks
+
+    pytest.importorskip("verl.utils.ulysses")
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with the gloo backend is not available here")
+    world, rows = 2, _packed_rows(30)
+    assert any(len(ids) % world for ids, _ in rows)  # rows verl must pad
+
+    def through_ranks(run: str, slice_positions: bool) -> list:
+        out = str(tmp_path / run)
+        mp.start_processes(verl_ranks.ulysses_main,
+                           args=(world, str(tmp_path / f"rendezvous-{run}"), rows, out,
+                                 slice_positions),
+                           nprocs=world, start_method="spawn", join=True)
+        with open(out, "rb") as handle:
+            return pickle.load(handle)
+
+    expected = [verl_ranks.per_token(torch.tensor([ids]), torch.tensor([pos])).tolist()
+                for ids, pos in rows]
+    got = through_ranks("sliced", True)
+    for row, wanted, gathered in zip(rows, expected, got):
+        assert gathered == wanted, row
+    planted = through_ranks("unsliced", False)
+    assert any(g != w for g, w in zip(planted, expected)), (
+        "unsliced positions went through the process group unnoticed")
 
 
 def test_verl_position_ids_domain_is_the_valid_inputs(verl) -> None:
