@@ -126,6 +126,15 @@ class Property:
     metamorphic: bool = False
     varies: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, check: Callable[..., None], *, metamorphic: bool = False,
+           varies: tuple[str, ...] = ()) -> Property:
+        """The property a check function states: named after it (less a `prop_` prefix),
+        documented by its docstring. `Property.of(prop_alignment)` is
+        `Property("alignment", prop_alignment, prop_alignment.__doc__)`."""
+        return cls(check.__name__.removeprefix("prop_"), check, check.__doc__ or "",
+                   metamorphic=metamorphic, varies=varies)
+
     def verify(self, case: Case, output: Any, candidate: Callable[..., Any]) -> None:
         if self.metamorphic:
             self.check(case, output, candidate)

@@ -1320,8 +1320,8 @@ COLLATE_SFT = register(OpInfo(
     compare=assert_identical,
     properties=[
         Property("shapes_and_dtypes", prop_collate_shapes, prop_collate_shapes.__doc__),
-        Property("left_padded", prop_left_padded, prop_left_padded.__doc__),
-        Property("loss_right_aligned", prop_loss_right_aligned, prop_loss_right_aligned.__doc__),
+        Property.of(prop_left_padded),
+        Property.of(prop_loss_right_aligned),
         Property("normalized_weights", prop_collate_normalized, prop_collate_normalized.__doc__),
     ],
     pins=COLLATE_PINS,
