@@ -382,48 +382,6 @@ def _one_process(seqlen, per_rank: list[list[int]], max_tokens: int):
     return None
 
 
-def test_verl_micro_batches_agree_through_a_real_process_group(verl, tmp_path) -> None:
-    """verl 0.9.1's `rearrange_micro_batches(dp_group=...)` across 2 real ranks (gloo): every
-    rank gets the same number of micro-batches, each within max_tokens and together its rows
-    once, and exactly the micro-batches one process computes for that rank at the agreed count
-    (`_one_process`). The same cases with `same_micro_num_in_dp=False` planted in every rank
-    must come back different (the property can fail)."""
-    import pickle
-
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    import verl_ranks
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with the gloo backend is not available here")
-    world = 2
-    cases = [(per_rank, budget) for per_rank, budget in _dp_cases(world, 40)
-             if _one_process(verl, per_rank, budget) is not None]
-    assert len(cases) >= 20
-
-    def through_ranks(run: str, same: bool) -> list[list[list[list[int]]]]:
-        out = str(tmp_path / run)
-        mp.start_processes(verl_ranks.rank_main,
-                           args=(world, str(tmp_path / f"rendezvous-{run}"), cases, out, same),
-                           nprocs=world, start_method="spawn", join=True)
-        got = []
-        for rank in range(world):
-            with open(f"{out}.{rank}", "rb") as handle:
-                got.append(pickle.load(handle))
-        return [[got[rank][index] for rank in range(world)] for index in range(len(cases))]
-
-    expected = [_one_process(verl, per_rank, budget) for per_rank, budget in cases]
-    for (per_rank, budget), ranks, wanted in zip(cases, through_ranks("synced", True), expected):
-        assert len({len(batches) for batches in ranks}) == 1, (per_rank, budget, ranks)
-        for rows, batches in zip(per_rank, ranks):
-            assert sorted(i for b in batches for i in b) == list(range(len(rows)))
-            assert all(sum(rows[i] for i in b) <= budget for b in batches), (rows, batches)
-        assert ranks == wanted, (per_rank, budget, ranks, wanted)
-    planted = through_ranks("unsynced", False)
-    assert any(ranks != wanted for ranks, wanted in zip(planted, expected)), (
-        "each rank keeping its own count went through the process group unnoticed")
-
-
 def _packed_rows(count: int) -> list[tuple[list[int], list[int]]]:
     """Packed rows (ids, positions restarting at every sequence), drawn derandomized: 1 to 5
     sequences of 0 to 7 tokens, so the row's length is and is not a multiple of the world."""
@@ -443,43 +401,77 @@ def _packed_rows(count: int) -> list[tuple[list[int], list[int]]]:
     return drawn
 
 
-def test_verl_ulysses_slices_and_gathers_through_a_real_process_group(tmp_path) -> None:
-    """verl 0.9.1's Ulysses helpers across 2 real ranks (gloo; one spawn costs ~10 s of the
-    matrix's budget, so one world size): every rank pads the packed
-    row to a multiple of the world and takes its slice (`ulysses_pad_and_slice_inputs`),
-    computes per-token outputs from its ids and positions, and `gather_outputs_and_unpad`
-    gathers them and drops the pad: the result must equal the outputs computed on the whole row
-    in one process, bit for bit. With the positions left unsliced (verl's
-    `skip_position_ids_rmpad`) planted, some row must come back different."""
+@pytest.fixture(scope="module")
+def verl_ranks_ran(tmp_path_factory):
+    """One spawn of 2 gloo ranks running verl's process-group functions on the drawn cases,
+    each as it is and with its planted fault: (dp cases, rows, what each rank got per run)."""
     import pickle
 
-    import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
     import verl_ranks
 
+    seqlen = pytest.importorskip("verl.utils.seqlen_balancing")
     pytest.importorskip("verl.utils.ulysses")
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with the gloo backend is not available here")
-    world, rows = 2, _packed_rows(30)
-    assert any(len(ids) % world for ids, _ in rows)  # rows verl must pad
+    world = 2
+    cases = [(per_rank, budget) for per_rank, budget in _dp_cases(world, 40)
+             if _one_process(seqlen, per_rank, budget) is not None]
+    rows = _packed_rows(30)
+    runs = [("micro_batches", False, cases), ("micro_batches", True, cases),
+            ("ulysses", False, rows), ("ulysses", True, rows)]
+    folder = tmp_path_factory.mktemp("verl-ranks")
+    out = str(folder / "out")
+    mp.start_processes(verl_ranks.rank_main,
+                       args=(world, str(folder / "rendezvous"), runs, out),
+                       nprocs=world, start_method="spawn", join=True)
+    got = []
+    for rank in range(world):
+        with open(f"{out}.{rank}", "rb") as handle:
+            got.append(pickle.load(handle))
+    return cases, rows, got
 
-    def through_ranks(run: str, slice_positions: bool) -> list:
-        out = str(tmp_path / run)
-        mp.start_processes(verl_ranks.ulysses_main,
-                           args=(world, str(tmp_path / f"rendezvous-{run}"), rows, out,
-                                 slice_positions),
-                           nprocs=world, start_method="spawn", join=True)
-        with open(out, "rb") as handle:
-            return pickle.load(handle)
 
+def test_verl_micro_batches_agree_through_a_real_process_group(verl, verl_ranks_ran) -> None:
+    """verl 0.9.1's `rearrange_micro_batches(dp_group=...)` across 2 real ranks (gloo): every
+    rank gets the same number of micro-batches, each within max_tokens and together its rows
+    once, and exactly the micro-batches one process computes for that rank at the agreed count
+    (`_one_process`). The same cases with `same_micro_num_in_dp=False` planted in every rank
+    must come back different (the property can fail)."""
+    cases, _, got = verl_ranks_ran
+    assert len(cases) >= 20
+    per_case = [[got[rank][0][index] for rank in range(2)] for index in range(len(cases))]
+    planted = [[got[rank][1][index] for rank in range(2)] for index in range(len(cases))]
+    expected = [_one_process(verl, per_rank, budget) for per_rank, budget in cases]
+    for (per_rank, budget), ranks, wanted in zip(cases, per_case, expected):
+        assert len({len(batches) for batches in ranks}) == 1, (per_rank, budget, ranks)
+        for rows, batches in zip(per_rank, ranks):
+            assert sorted(i for b in batches for i in b) == list(range(len(rows)))
+            assert all(sum(rows[i] for i in b) <= budget for b in batches), (rows, batches)
+        assert ranks == wanted, (per_rank, budget, ranks, wanted)
+    assert any(ranks != wanted for ranks, wanted in zip(planted, expected)), (
+        "each rank keeping its own count went through the process group unnoticed")
+
+
+def test_verl_ulysses_slices_and_gathers_through_a_real_process_group(verl_ranks_ran) -> None:
+    """verl 0.9.1's Ulysses helpers across 2 real ranks (gloo): every rank pads the packed row
+    to a multiple of the world and takes its slice (`ulysses_pad_and_slice_inputs`), computes
+    per-token outputs from its ids and positions, and `gather_outputs_and_unpad` gathers them
+    and drops the pad: on every rank the result must equal the outputs computed on the whole
+    row in one process, bit for bit. With the positions left unsliced (verl's
+    `skip_position_ids_rmpad`) planted, some row must come back different."""
+    import torch
+    import verl_ranks
+
+    _, rows, got = verl_ranks_ran
+    assert any(len(ids) % 2 for ids, _ in rows)  # rows verl must pad
     expected = [verl_ranks.per_token(torch.tensor([ids]), torch.tensor([pos])).tolist()
                 for ids, pos in rows]
-    got = through_ranks("sliced", True)
-    for row, wanted, gathered in zip(rows, expected, got):
-        assert gathered == wanted, row
-    planted = through_ranks("unsliced", False)
-    assert any(g != w for g, w in zip(planted, expected)), (
+    for rank in range(2):
+        for row, wanted, gathered in zip(rows, expected, got[rank][2]):
+            assert gathered == wanted, (rank, row)
+    assert any(g != w for g, w in zip(got[0][3], expected)), (
         "unsliced positions went through the process group unnoticed")
 
 

@@ -2,15 +2,19 @@
 their own: a spawned rank imports only this (torch, tensordict and the verl module under test),
 not the test module with everything it imports.
 
-`rank_main` (data parallel): each rank builds its own right-padded batch from its own lengths
-and calls `rearrange_micro_batches` with the whole world as `dp_group`: verl agrees the
-micro-batch count by all-reduce (MAX of the counts, then MIN of "every micro-batch fits" while it
-raises the count). Every rank writes the index lists it got back.
+One spawn runs every run (starting ranks that import verl is the slow part); each rank writes
+what each run gave it. Two kinds of run:
 
-`ulysses_main` (sequence parallel): every rank has the whole packed row; verl pads it to a
-multiple of the world (`ulysses_pad_and_slice_inputs`), each rank computes per-token outputs of
-its slice, and `gather_outputs_and_unpad` all-gathers them and drops the pad. Rank 0 writes the
-gathered outputs. The parent compares both with what one process computes.
+- `micro_batches` (data parallel): each rank builds its own right-padded batch from its own
+  lengths and calls `rearrange_micro_batches` with the whole world as `dp_group`: verl agrees the
+  micro-batch count by all-reduce (MAX of the counts, then MIN of "every micro-batch fits" while
+  it raises the count). Planted: `same_micro_num_in_dp=False` (each rank keeps its own count).
+- `ulysses` (sequence parallel): every rank has the whole packed row; verl pads it to a multiple
+  of the world (`ulysses_pad_and_slice_inputs`), each rank computes per-token outputs of its
+  slice, and `gather_outputs_and_unpad` all-gathers them and drops the pad. Planted: the
+  positions left unsliced (verl's `skip_position_ids_rmpad`: every rank reads the first slice's).
+
+The parent compares what came back with what one process computes.
 """
 
 from __future__ import annotations
@@ -31,36 +35,6 @@ def per_token(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return torch.stack([value, positions.to(torch.float32)], -1)
 
 
-def ulysses_main(rank: int, world: int, rendezvous: str, rows, out_path: str,
-                 slice_positions: bool = True) -> None:
-    """`rows`: (input_ids, position_ids) lists of packed rows. `slice_positions=False` is the
-    planted fault: verl's `skip_position_ids_rmpad`, every rank reading the first slice's
-    positions."""
-    import torch.distributed as dist
-    from verl.utils import ulysses
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=300))
-    gathered = []
-    try:
-        ulysses.set_ulysses_sequence_parallel_group(dist.group.WORLD)
-        for ids, positions in rows:
-            ids_t, pos_t = torch.tensor([ids]), torch.tensor([positions])
-            local_ids, local_pos, pad = ulysses.ulysses_pad_and_slice_inputs(
-                ids_t, pos_t, sp_size=world, skip_position_ids_rmpad=not slice_positions)
-            local = per_token(local_ids, local_pos[:, :local_ids.shape[1]])
-            gathered.append(ulysses.gather_outputs_and_unpad(
-                local, gather_dim=1, unpad_dim=1, padding_size=pad).tolist())
-        dist.barrier()
-    finally:
-        ulysses.set_ulysses_sequence_parallel_group(None)
-        dist.destroy_process_group()
-    if rank == 0:
-        with open(out_path, "wb") as handle:
-            pickle.dump(gathered, handle)
-
-
 def padded_batch(lengths: list[int]) -> TensorDict:
     """Right-padded rows of `lengths` real tokens (what verl's actor gets per rank)."""
     width = max(lengths)
@@ -69,31 +43,45 @@ def padded_batch(lengths: list[int]) -> TensorDict:
                       batch_size=[len(lengths)])
 
 
-def rank_main(rank: int, world: int, rendezvous: str, cases, out_path: str,
-              same_micro_num_in_dp: bool = True) -> None:
-    """`cases`: (per-rank lengths, max_tokens) pairs; this rank takes `lengths[rank]` of each.
-    `same_micro_num_in_dp=False` is the planted fault (each rank keeps its own count)."""
+def rank_main(rank: int, world: int, rendezvous: str, runs, out_path: str) -> None:
+    """`runs`: (kind, planted, payload) triples, run in order in one process group; payload is
+    (per-rank lengths, max_tokens) cases for `micro_batches`, (ids, positions) rows for
+    `ulysses`."""
     import torch.distributed as dist
     import verl.utils.seqlen_balancing as seqlen
+    from verl.utils import ulysses
 
     # verl 0.9.1 has no CPU platform: without an accelerator its detection falls back to
     # 'nvidia', so the count it all-reduces is put on CUDA and a CPU-only rank fails with "Torch
     # not compiled with CUDA enabled". Here the tensors go where gloo carries them; the
     # algorithm is verl's, unchanged.
     seqlen.get_device_name = lambda: "cpu"
-    rearrange_micro_batches = seqlen.rearrange_micro_batches
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=300))
-    got = []
+    results = []
     try:
-        for per_rank, max_tokens in cases:
-            _, indices = rearrange_micro_batches(
-                padded_batch(per_rank[rank]), max_tokens, dp_group=dist.group.WORLD,
-                same_micro_num_in_dp=same_micro_num_in_dp)
-            got.append(indices)
+        ulysses.set_ulysses_sequence_parallel_group(dist.group.WORLD)
+        for kind, planted, payload in runs:
+            if kind == "micro_batches":
+                results.append([seqlen.rearrange_micro_batches(
+                    padded_batch(per_rank[rank]), max_tokens, dp_group=dist.group.WORLD,
+                    same_micro_num_in_dp=not planted)[1] for per_rank, max_tokens in payload])
+            else:
+                results.append([_ulysses(ulysses, world, ids, positions, planted)
+                                for ids, positions in payload])
         dist.barrier()
     finally:
+        ulysses.set_ulysses_sequence_parallel_group(None)
         dist.destroy_process_group()
     with open(f"{out_path}.{rank}", "wb") as handle:
-        pickle.dump(got, handle)
+        pickle.dump(results, handle)
+
+
+def _ulysses(ulysses, world: int, ids: list[int], positions: list[int], planted: bool) -> list:
+    local_ids, local_pos, pad = ulysses.ulysses_pad_and_slice_inputs(
+        torch.tensor([ids]), torch.tensor([positions]), sp_size=world,
+        skip_position_ids_rmpad=planted)
+    local = per_token(local_ids, local_pos[:, :local_ids.shape[1]])
+    return ulysses.gather_outputs_and_unpad(local, gather_dim=1, unpad_dim=1,
+                                            padding_size=pad).tolist()
