@@ -121,12 +121,14 @@ def token_ids(*, vocab: int = VOCAB) -> st.SearchStrategy[int]:
 def token_rows(
     row_lengths: Sequence[int], *, vocab: int = VOCAB
 ) -> st.SearchStrategy[list[list[int]]]:
-    return _token_rows(tuple(row_lengths), vocab)
+    return _rows(token_ids(vocab=vocab), tuple(row_lengths))
 
 
 @functools.lru_cache(maxsize=4096)
-def _token_rows(row_lengths: tuple[int, ...], vocab: int) -> st.SearchStrategy[list[list[int]]]:
-    return st.tuples(*[st.lists(token_ids(vocab=vocab), min_size=n, max_size=n)
+def _rows(element: st.SearchStrategy, row_lengths: tuple[int, ...]) -> st.SearchStrategy[list]:
+    """One row of `element`s per length (built once per element and lengths: the row builders
+    are called inside draws, and building strategies there is most of what shrinking costs)."""
+    return st.tuples(*[st.lists(element, min_size=n, max_size=n)
                        for n in row_lengths]).map(list)
 
 
@@ -146,24 +148,15 @@ def float_dtypes() -> st.SearchStrategy[torch.dtype]:
 
 
 def float_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[float]]]:
-    return _float_rows(tuple(row_lengths))
-
-
-@functools.lru_cache(maxsize=4096)
-def _float_rows(row_lengths: tuple[int, ...]) -> st.SearchStrategy[list[list[float]]]:
-    return st.tuples(*[st.lists(float32s(), min_size=n, max_size=n)
-                       for n in row_lengths]).map(list)
+    return _rows(float32s(), tuple(row_lengths))
 
 
 def mask_rows(row_lengths: Sequence[int]) -> st.SearchStrategy[list[list[int]]]:
     """0/1 masks with interior zeros (multi-turn: tool or user tokens inside the trained span)."""
-    return _mask_rows(tuple(row_lengths))
+    return _rows(_MASK_VALUES, tuple(row_lengths))
 
 
-@functools.lru_cache(maxsize=4096)
-def _mask_rows(row_lengths: tuple[int, ...]) -> st.SearchStrategy[list[list[int]]]:
-    return st.tuples(*[st.lists(st.sampled_from([0, 1, 1]), min_size=n, max_size=n)
-                       for n in row_lengths]).map(list)
+_MASK_VALUES = st.sampled_from([0, 1, 1])
 
 
 def generators() -> st.SearchStrategy[torch.Generator]:

@@ -362,10 +362,11 @@ def _dp_cases(world: int, count: int) -> list[tuple[list[list[int]], int]]:
 
 
 def _verl_alone(seqlen, lengths: list[int], max_tokens: int, count: int) -> list[list[int]]:
-    from verl_ranks import padded_batch
-
-    return seqlen.rearrange_micro_batches(padded_batch(lengths), max_tokens,
-                                          min_num_micro_batch=count)[1]
+    """verl in one process, through the `verl.micro_batches` adapter, at least `count`
+    micro-batches."""
+    micro_batches = adapters.get_adapter("verl.micro_batches").wrap(
+        seqlen.rearrange_micro_batches)
+    return micro_batches(lengths, max_tokens, min_count=count)
 
 
 def _one_process(seqlen, per_rank: list[list[int]], max_tokens: int):

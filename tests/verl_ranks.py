@@ -1,6 +1,6 @@
 """The bodies of verl's ranks for tests/test_adapters.py's process-group tests, in a module of
-their own: a spawned rank imports only this (torch, tensordict and the verl module under test),
-not the test module with everything it imports.
+their own: a spawned rank imports only this (torch, batchproof's verl adapter module and the
+verl modules under test), not the test module with everything it imports.
 
 One spawn runs every run (starting ranks that import verl is the slow part); each rank writes
 what each run gave it. Two kinds of run:
@@ -23,7 +23,8 @@ import pickle
 from datetime import timedelta
 
 import torch
-from tensordict import TensorDict
+
+from batchproof.adapters.verl import padded_batch
 
 
 def per_token(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -33,14 +34,6 @@ def per_token(ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     table = torch.linspace(-3.0, 2.0, 50, dtype=torch.float32)
     value = table[ids.clamp(0, 49)] * (positions + 1).to(torch.float32)
     return torch.stack([value, positions.to(torch.float32)], -1)
-
-
-def padded_batch(lengths: list[int]) -> TensorDict:
-    """Right-padded rows of `lengths` real tokens (what verl's actor gets per rank)."""
-    width = max(lengths)
-    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.int64)
-    return TensorDict({"input_ids": torch.zeros_like(mask), "attention_mask": mask},
-                      batch_size=[len(lengths)])
 
 
 def rank_main(rank: int, world: int, rendezvous: str, runs, out_path: str) -> None:

@@ -178,16 +178,21 @@ BALANCED_PARTITIONS = register_adapter(Adapter(
 # --------------------------------------------------------------------------- micro-batches
 
 
+def padded_batch(lengths) -> TensorDict:
+    """Right-padded rows of `lengths` real tokens, as verl's actor holds them per rank:
+    `attention_mask` and all-zero `input_ids`, (B, max(lengths)) int64."""
+    lengths = [int(n) for n in lengths]
+    width = max(lengths)
+    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.int64)
+    return TensorDict({"input_ids": torch.zeros_like(mask), "attention_mask": mask},
+                      batch_size=[len(lengths)])
+
+
 def micro_batches_adapter(rearrange: Callable[..., Any]) -> Callable[..., list[list[int]]]:
     """Lengths -> a right-padded attention mask batch; verl's index lists are the micro-batches."""
 
     def micro_batches(lengths, max_tokens, *, min_count=None, count_multiple=None, group_size=1):
-        lengths = [int(n) for n in lengths]
-        width = max(lengths)
-        mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.int64)
-        batch = TensorDict({"input_ids": torch.zeros_like(mask), "attention_mask": mask},
-                           batch_size=[len(lengths)])
-        _, indices = rearrange(batch, max_tokens, num_batches_divided_by=count_multiple,
+        _, indices = rearrange(padded_batch(lengths), max_tokens, num_batches_divided_by=count_multiple,
                                min_num_micro_batch=min_count, force_group_size=group_size)
         return indices
 

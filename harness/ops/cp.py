@@ -1327,8 +1327,7 @@ UNSHARD = register(OpInfo(
     compare=assert_identical,
     properties=[
         Property.of(prop_inverse_of_shard),
-        Property.of(prop_pads_never_read,
-                 metamorphic=True),
+        Property.of(prop_pads_never_read, metamorphic=True),
     ],
     pins=UNSHARD_PINS,
     devices=("cpu", "cuda"),

@@ -1476,8 +1476,7 @@ UNNEST_BY_MASK = register(OpInfo(
     compare=assert_identical,
     properties=[
         Property.of(prop_inverse),
-        Property.of(prop_chunk_commutes,
-                 metamorphic=True),
+        Property.of(prop_chunk_commutes, metamorphic=True),
     ],
     pins=UNNEST_PINS,
     example=Case((_example_nested(),)),

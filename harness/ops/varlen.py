@@ -664,8 +664,7 @@ PACKED_SEGMENTS = register(OpInfo(
     compare=assert_identical,
     properties=[
         Property.of(prop_segments),
-        Property.of(prop_text_axis_only,
-                 metamorphic=True),
+        Property.of(prop_text_axis_only, metamorphic=True),
     ],
     pins=SEGMENT_PINS,
     forms={"int64": lambda c: c,
@@ -1319,8 +1318,7 @@ RESPONSE_LOGPROBS = register(OpInfo(
     compare=assert_response_logprobs_close,
     properties=[
         Property.of(prop_zero_off_response),
-        Property.of(prop_samples_isolated,
-                 metamorphic=True),
+        Property.of(prop_samples_isolated, metamorphic=True),
         Property.of(prop_gradients, metamorphic=True),
     ],
     pins=LOGPROB_PINS,
