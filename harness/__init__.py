@@ -8,7 +8,7 @@ The public API (docs/api.md):
     batchproof.CheckFailed, batchproof.Mismatch                              what they raise
     batchproof.Adapter, batchproof.KnownDivergence, batchproof.register_adapter   adapters
 
-Everything else (`batchproof.registry`, `.checks`, `.ops`, `.zoo`, `.impl`, `.reference`, ...) is
+Everything else (`batchproof.registry`, `.checks`, `.ops`, `.mutation`, `.impl`, `.reference`, ...) is
 internal: it may change in any release. `batchproof.impl` and `batchproof.reference` hold the
 built-in implementation and the oracle; call them, but do not import their private names.
 

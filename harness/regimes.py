@@ -15,7 +15,7 @@ sample depends on which tests ran before it in the worker (a CI run drew no anti
 where a fresh process drew four). What is stable is the rate: `tests/test_regimes.py` fails when
 a regime is drawn fewer than MIN_HITS times in those 240, i.e. when a `ci` run of its record would
 not reach it about once; `batchproof list regimes` prints the table (docs/harness.md, "Regimes").
-Predicates read the input through `batchproof.adapters.Call` (arguments by their contract names).
+Predicates read the input through `batchproof.calls.Call` (arguments by their contract names).
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def coverage(record: str, examples: int | None = None,
              strategy: st.SearchStrategy | None = None) -> dict[str, int]:
     """How many of `examples` derandomized draws of the record's valid strategy (or `strategy`)
     reach each regime (default: `default_examples()`, four `ci` budgets)."""
-    from batchproof.adapters import Call
+    from batchproof.calls import Call
 
     info = registry.get(record)
     budget = examples or default_examples()

@@ -32,8 +32,8 @@ def per_token(ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor) 
 def _planted(entry: str | None):
     if not entry:
         return nullcontext()
-    from batchproof.zoo import planted
-    from batchproof.zoo.cp import ENTRIES
+    from batchproof.mutation.zoo import planted
+    from batchproof.mutation.zoo.cp import ENTRIES
 
     return planted(next(e for e in ENTRIES if e.name == entry))
 

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from batchproof import branch_coverage
-from batchproof.cli import main
+from batchproof.cli import branch_coverage, main
 
 
 def test_a_run_reports_the_branches_of_the_code_it_reached(tmp_path) -> None:

@@ -12,8 +12,9 @@ import textwrap
 import pytest
 from hypothesis import strategies as st
 
-from batchproof import mutmut_driver, registry
+from batchproof import registry
 from batchproof.cli import main
+from batchproof.mutation import mutmut_driver
 from batchproof.registry import Case
 
 THEIRS = textwrap.dedent('''\

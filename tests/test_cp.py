@@ -24,10 +24,10 @@ from batchproof.compare import assert_identical
 from batchproof.impl import cp as impl
 from batchproof.impl import sft as sft_impl
 from batchproof.impl import varlen as varlen_impl
+from batchproof.mutation.zoo import get, planted
 from batchproof.ops.cp import packed_rows
 from batchproof.reference import cp as reference
 from batchproof.registry import Case
-from batchproof.zoo import get, planted
 
 # ------------------------------------------------------------------ through real collectives
 

@@ -16,9 +16,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from batchproof import equivalents
-from batchproof import mutmut_driver as driver
-from batchproof.mutmut_driver import Equivalent, Mutant, Report
+from batchproof.mutation import equivalents
+from batchproof.mutation import mutmut_driver as driver
+from batchproof.mutation.mutmut_driver import Equivalent, Mutant, Report
 
 SOURCE = textwrap.dedent('''\
     import torch
@@ -185,9 +185,9 @@ def test_equivalents_are_matched_by_function_and_diff(monkeypatch) -> None:
 
 def test_every_documented_equivalent_names_a_real_function() -> None:
     """An equivalent entry whose function vanished would silently stop matching; an entry in
-    `harness/equivalents/<op>.py` must be about `impl/<op>.py` or `impl/kernels/<op>.py`."""
+    `harness/mutation/equivalents/<op>.py` must be about `impl/<op>.py` or `impl/kernels/<op>.py`."""
     for module in pkgutil.iter_modules(equivalents.__path__):
-        entries = importlib.import_module(f"batchproof.equivalents.{module.name}").EQUIVALENT
+        entries = importlib.import_module(f"batchproof.mutation.equivalents.{module.name}").EQUIVALENT
         paths = {f"impl/{module.name}.py", f"impl/kernels/{module.name}.py"}
         assert all(known.path in paths for known in entries), module.name
     for known in driver.equivalents():
@@ -273,7 +273,7 @@ def test_a_function_that_fails_its_checks_is_not_mutated(tmp_path, monkeypatch, 
 
 def test_the_contract_test_mutmut_runs_is_the_scoped_check() -> None:
     from batchproof.adapters.scope import Scope
-    from batchproof.mutate_target import Target, test_source
+    from batchproof.mutation.target import Target, test_source
 
     source = test_source("mypkg.collate", "build", Target(
         "mypkg.collate:build", "rl_batch.build_rl_batch", scope=Scope.of(

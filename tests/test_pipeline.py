@@ -12,16 +12,17 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from batchproof import registry, zoo
+from batchproof import registry
 from batchproof.checks import run_check
 from batchproof.compare import assert_identical
 from batchproof.impl import pipeline as impl
 from batchproof.models import ModelSpec
+from batchproof.mutation import zoo
+from batchproof.mutation.zoo import planted
 from batchproof.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, model_dtype, step_case
 from batchproof.reference import pipeline as reference
 from batchproof.reference.nesting import DenseFieldError
 from batchproof.reference.pipeline import LEDGER_KEYS
-from batchproof.zoo import planted
 
 
 def test_example_ledger() -> None:

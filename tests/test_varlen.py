@@ -33,6 +33,7 @@ from batchproof.impl import varlen as impl
 from batchproof.impl._cpu import small_int_rows
 from batchproof.impl.kernels import varlen as varlen_kernel
 from batchproof.models import ModelCase, ModelSpec, cuda_specs, specs, tiny_model
+from batchproof.mutation.zoo import varlen as zoo
 from batchproof.ops.varlen import (
     CROSS_SAMPLE,
     assert_response_logprobs_close,
@@ -42,7 +43,6 @@ from batchproof.ops.varlen import (
 )
 from batchproof.reference import varlen as reference
 from batchproof.registry import Case
-from batchproof.zoo import varlen as zoo
 
 CPU_SPECS = specs()
 FP32_TOL = LOGPROB_TOLERANCE[torch.float32][0]

@@ -33,6 +33,7 @@ from batchproof.models import (
     tiny_model,
     trainable_model,
 )
+from batchproof.mutation.zoo import varlen as zoo
 from batchproof.ops.varlen import (
     HYBRID_PROMPTS,
     HYBRID_RESPONSES,
@@ -43,7 +44,6 @@ from batchproof.ops.varlen import (
     unique_tokens,
 )
 from batchproof.reference import varlen as reference
-from batchproof.zoo import varlen as zoo
 
 pytest.importorskip("transformers")
 

@@ -7,8 +7,8 @@ import pytest
 
 from batchproof import registry
 from batchproof.cli import main
-from batchproof.mutate import check_key, detection, run_entry, weakest
-from batchproof.zoo import all_entries, get
+from batchproof.mutation.kill_matrix import check_key, detection, run_entry, weakest
+from batchproof.mutation.zoo import all_entries, get
 
 ENTRIES = all_entries()
 
@@ -43,7 +43,7 @@ def test_every_op_has_zoo_entries() -> None:
 def test_removing_a_property_lets_an_entry_survive(monkeypatch) -> None:
     """Equivalence cannot see a bug in the oracle itself: without the `last_n_entries` property
     in the registry, an oracle with SkyRL's `x[-0:]` bug survives every remaining check."""
-    from batchproof import zoo
+    from batchproof.mutation import zoo
 
     info = registry.get("rl_batch.response_values")
     entry = zoo.get("rl_batch.oracle_x_minus_zero")
@@ -96,10 +96,10 @@ def test_search_only_turns_the_explicit_phase_off(monkeypatch) -> None:
     checks without Hypothesis' explicit phase, and no `pin:` check at all."""
     from hypothesis import Phase
 
-    from batchproof import mutate
+    from batchproof.mutation import kill_matrix
 
     ran = []
-    monkeypatch.setattr(mutate, "run_check",
+    monkeypatch.setattr(kill_matrix, "run_check",
                         lambda info, check, settings, seed: ran.append((check, settings.phases)))
     entry = get("trainer.mini_batch_ignores_n")
     run_entry(entry, profile="mutation")

@@ -31,7 +31,7 @@ def mutate(args: argparse.Namespace) -> int:
     if not (args.zoo or args.mutmut):
         raise UsageError("give --zoo, --mutmut, or --impl MODULE:FUNCTION with --op RECORD")
     if args.mutmut:
-        from batchproof import mutmut_driver
+        from batchproof.mutation import mutmut_driver
 
         try:
             return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
@@ -39,8 +39,8 @@ def mutate(args: argparse.Namespace) -> int:
                                       harness=args.harness)
         except ValueError as err:
             raise UsageError(str(err)) from None
-    from batchproof.mutate import kill_matrix
-    from batchproof.zoo import all_entries
+    from batchproof.mutation.kill_matrix import kill_matrix
+    from batchproof.mutation.zoo import all_entries
 
     entries = [e for e in all_entries() if not args.op or e.op in args.op or e.record in args.op]
     if not entries:
@@ -87,7 +87,7 @@ def mutate(args: argparse.Namespace) -> int:
 
 def zoo_detection(args: argparse.Namespace, entries) -> int:
     """`mutate --zoo --seeds N`: the chance that one `dev` run kills each entry."""
-    from batchproof.mutate import DETECTION_PROFILE, DETECTION_TARGET, detection, weakest
+    from batchproof.mutation.kill_matrix import DETECTION_PROFILE, DETECTION_TARGET, detection, weakest
 
     if args.seeds < 1:
         raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
@@ -127,7 +127,7 @@ def zoo_detection(args: argparse.Namespace, entries) -> int:
 
 def _short(key: str, found) -> str:
     """`equivalence` for the entry's own record, `rl_batch.response_values/errors` otherwise."""
-    from batchproof.zoo import get
+    from batchproof.mutation.zoo import get
 
     record = get(found.entry).record
     return key.split("/", 1)[1] if key.startswith(record + "/") else key
@@ -140,7 +140,7 @@ def _detection_killers(found) -> tuple[str, str]:
             ", ".join(f"{_short(k, found)} {n}" for k, n in found.rescuers().items()) or "-")
 
 def _write_detection_markdown(path, results, seeds: int, search_only: bool = False) -> None:
-    from batchproof.mutate import DETECTION_PROFILE, weakest
+    from batchproof.mutation.kill_matrix import DETECTION_PROFILE, weakest
 
     how = f"`{DETECTION_PROFILE}`{', no pins' if search_only else ''}"
     lines = [f"| entry | runs that kill it (of {seeds}, {how}) | weakest declared "
@@ -157,9 +157,9 @@ def _write_detection_markdown(path, results, seeds: int, search_only: bool = Fal
 
 def mutate_target(args: argparse.Namespace) -> int:
     """`batchproof mutate --impl module:function --op RECORD [scope options]`."""
-    from batchproof import mutate_target as target
     from batchproof.adapters import FrameworkMissing, load_adapter_file
     from batchproof.adapters.scope import Scope
+    from batchproof.mutation import target
 
     if args.zoo or args.mutmut:
         raise UsageError("--impl runs mutmut over your module: not with --zoo or --mutmut")

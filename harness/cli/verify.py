@@ -134,7 +134,7 @@ def verify(args: argparse.Namespace) -> int:
                     "not_run": {i.name: i.missing() for i in left_out},
                     "checks": [asdict(r) | {"passed": r.passed} for r in results]}
         if covered is not None:
-            from batchproof import branch_coverage
+            from batchproof.cli import branch_coverage
 
             document["coverage"] = branch_coverage.as_json(covered)
         with open(args.json, "w") as handle:
@@ -143,7 +143,7 @@ def verify(args: argparse.Namespace) -> int:
     return code
 
 def _start_coverage():
-    from batchproof import branch_coverage
+    from batchproof.cli import branch_coverage
 
     if not branch_coverage.available():
         raise UsageError(branch_coverage.MISSING)
@@ -154,7 +154,7 @@ def _start_coverage():
 
 def _finish_coverage(measure):
     """Stop measuring; print per file the branches taken and those never taken."""
-    from batchproof import branch_coverage
+    from batchproof.cli import branch_coverage
 
     files = branch_coverage.finish(measure)
     table = Table(title="branch coverage of this run (coverage.py, branch mode; the kernels run "

@@ -6,7 +6,7 @@ entry (monkeypatching `batchproof.impl.<op>.<function>`, and `batchproof.referen
 too for `oracle=True` entries: bugs in the *specification* that only properties and pins can
 catch), runs the checks of the op's records against it and prints the kill matrix.
 
-One module per op (`harness/zoo/rl_batch.py`, ...) holds a list `ENTRIES`.
+One module per op (`harness/mutation/zoo/rl_batch.py`, ...) holds a list `ENTRIES`.
 """
 
 from __future__ import annotations

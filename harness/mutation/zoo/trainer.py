@@ -11,8 +11,8 @@ import math
 import torch
 
 from batchproof.impl import trainer as _impl
+from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import trainer as _reference
-from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _multiple_ok = _impl.required_multiple

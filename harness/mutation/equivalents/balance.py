@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/balance.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import NO_DEVICE, ON_CPU, Equivalent
+from batchproof.mutation.equivalents import NO_DEVICE, ON_CPU, Equivalent
 
 _P = "impl/balance.py"
 _RESTORE_DEVICE = ("CPU-equivalent: the permutation tensors are built on the default device (the "

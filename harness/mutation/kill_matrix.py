@@ -1,9 +1,9 @@
-"""Mutation testing: the bug zoo's kill matrix (and the mutmut driver, `harness.mutmut_driver`).
+"""`batchproof mutate --zoo`: the bug zoo's kill matrix.
 
-For each zoo entry the entry is planted (`harness.zoo.planted`) and every check of every record of
-its op runs against it under the `mutation` Hypothesis profile (derandomized, no shrinking, few
-examples). A check *kills* the entry when it fails. An entry survives when no check fails; an
-entry is *misdeclared* when one of its declared killers does not fail on it.
+For each zoo entry the entry is planted (`batchproof.mutation.zoo.planted`) and every check of
+every record of its op runs against it under the `mutation` Hypothesis profile (derandomized, no
+shrinking, few examples). A check *kills* the entry when it fails. An entry survives when no check
+fails; an entry is *misdeclared* when one of its declared killers does not fail on it.
 
 `detection(entries, seeds)` measures what one user run gets instead: each entry under each seed
 of the `dev` profile (40 random examples per check, pins included, no database, no shrinking),
@@ -25,7 +25,7 @@ from hypothesis import Phase, settings
 
 from batchproof import profiles, registry
 from batchproof.checks import run_check
-from batchproof.zoo import ZooEntry, all_entries, planted
+from batchproof.mutation.zoo import ZooEntry, all_entries, planted
 
 
 @dataclass
@@ -104,7 +104,7 @@ def run_entry(
 
 def _run_entry_by_name(name: str, profile: str, only_declared: bool,
                        disabled: Sequence[str], search_only: bool = False) -> EntryResult:
-    from batchproof import zoo
+    from batchproof.mutation import zoo
 
     entry = zoo.get(name)
     checks = entry.killer_checks() if only_declared else None
@@ -117,7 +117,7 @@ def _detect_once(name: str, disabled: Sequence[str], seed: int,
     checks only when none of them killed it. Whether the run kills the entry is the same as
     running every check (it is killed when any check fails); each declared killer's count is
     exact, another check's counts only the runs its declared killers missed (`Detection`)."""
-    from batchproof import zoo
+    from batchproof.mutation import zoo
 
     entry = zoo.get(name)
     declared = entry.killer_checks()

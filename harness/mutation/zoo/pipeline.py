@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from batchproof.impl import pipeline as _impl
 from batchproof.impl import trainer
+from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference.pipeline import loss_scale
-from batchproof.zoo import ZooEntry
 
 
 def _chain(**stages):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from batchproof.impl import cp as _impl
-from batchproof.zoo import ZooEntry
+from batchproof.mutation.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _pad = _impl.pad_for_cp

@@ -11,8 +11,8 @@ import logging
 import torch
 
 from batchproof.impl import rl_batch as _impl
+from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import rl_batch as _reference
-from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _build = _impl.build_rl_batch

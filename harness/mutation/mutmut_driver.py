@@ -29,7 +29,7 @@ the tests that called the mutated function in its coverage pass. No `-n`: mutmut
 workers (at most `--max-children`, default 2), each with one torch thread.
 
 Exit status: 0 when every mutant was killed or is a documented equivalent
-(`harness/equivalents/<op>.py`),
+(`harness/mutation/equivalents/<op>.py`),
 1 when a mutant survived, 3 when the run is not trustworthy (too few mutants, mutmut failed,
 mutants left unchecked or without tests) or cannot run (an installed batchproof: this command
 needs a clone of the repository, whose tests are the mutants' killers). The CLI's codes:
@@ -54,9 +54,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from batchproof.equivalents import Equivalent, all_equivalents, diff_sides
+from batchproof.mutation.equivalents import Equivalent, all_equivalents, diff_sides
+from batchproof.mutation.mutant import Mutant
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # harness/mutation/ -> the repository
 IMPL = "impl"
 # repository folder -> its place in the installed namespace, which the work directory copies
 NAMESPACE = {"harness": "batchproof", "impl": "batchproof/impl", "reference": "batchproof/reference"}
@@ -74,18 +75,8 @@ UNTESTED = {None: "not checked", 5: "no tests", 33: "no tests", 34: "skipped",
 
 
 def equivalents() -> tuple[Equivalent, ...]:
-    """Every op's documented equivalent mutants (`harness/equivalents/<op>.py`)."""
+    """Every op's documented equivalent mutants (`harness/mutation/equivalents/<op>.py`)."""
     return all_equivalents()
-
-
-@dataclass
-class Mutant:
-    name: str
-    path: str
-    function: str
-    status: str
-    diff: str = ""
-    equivalent: str = ""  # the reason, when documented as equivalent
 
 
 @dataclass
@@ -527,7 +518,7 @@ def _exit_on_sigterm() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m batchproof.mutmut_driver",
+    parser = argparse.ArgumentParser(prog="python -m batchproof.mutation.mutmut_driver",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--op", action="append")
     parser.add_argument("--since", help="only functions changed since this git revision")

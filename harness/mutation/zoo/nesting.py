@@ -16,8 +16,8 @@ from tensordict import TensorDict
 
 from batchproof.impl import nesting as _impl
 from batchproof.impl._sync import Verdicts
+from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import nesting as _reference
-from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _nest = _impl.nest_by_mask

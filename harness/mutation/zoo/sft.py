@@ -16,8 +16,8 @@ from functools import partial
 import torch
 
 from batchproof.impl import sft as _impl
+from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import sft as _reference
-from batchproof.zoo import ZooEntry
 
 _collate = _impl.collate_sft
 _pack = _impl.pack_sft

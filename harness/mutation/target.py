@@ -38,9 +38,9 @@ from pathlib import Path
 
 from hypothesis import Phase, settings
 
-from batchproof import mutmut_driver as driver
 from batchproof.adapters import Adapter, current_folder_importable, get_adapter, identity_adapter
 from batchproof.adapters.scope import Scope
+from batchproof.mutation import mutmut_driver as driver
 
 TEST_FILE = "tests/test_batchproof_contract.py"
 

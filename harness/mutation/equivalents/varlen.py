@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/varlen.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import NO_DEVICE, ON_CPU, Equivalent
+from batchproof.mutation.equivalents import NO_DEVICE, ON_CPU, Equivalent
 
 P = "impl/varlen.py"
 # the device argument set to None, or dropped

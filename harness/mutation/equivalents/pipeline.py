@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/pipeline.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import NO_DEVICE, Equivalent
+from batchproof.mutation.equivalents import NO_DEVICE, Equivalent
 
 PIPELINE = "impl/pipeline.py"
 DEFAULT_FLOAT = ("torch.zeros without a dtype gives torch's default dtype, float32: the dtype given "

@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/sft.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import ON_CPU, Equivalent
+from batchproof.mutation.equivalents import ON_CPU, Equivalent
 
 SFT = "impl/sft.py"
 INFERRED = ("the dtype torch / numpy infer is the one given: int64 from Python ints (numpy's default "

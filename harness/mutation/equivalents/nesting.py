@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/nesting.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import ON_CPU, Equivalent
+from batchproof.mutation.equivalents import ON_CPU, Equivalent
 
 _NOT_TD = r"^(?!.*TensorDict\()"  # a tensor's device (the TensorDict's own device is tested)
 _SAME_ROWS = ("a TensorDict rejects an entry whose leading dim is not its batch size ('batch "

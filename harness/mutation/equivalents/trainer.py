@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/trainer.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import NO_DEVICE, ON_CPU, Equivalent
+from batchproof.mutation.equivalents import NO_DEVICE, ON_CPU, Equivalent
 
 EQUIVALENT: tuple[Equivalent, ...] = (
     # tensors made on (or moved to) `device` / `value.device`: dropped or None

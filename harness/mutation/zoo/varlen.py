@@ -16,8 +16,8 @@ import torch
 from tensordict import TensorDict
 
 from batchproof.impl import varlen as _impl
+from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import varlen as _reference
-from batchproof.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _pack = _impl.pack_varlen

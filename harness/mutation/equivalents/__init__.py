@@ -1,6 +1,6 @@
 """Surviving mutmut mutants that no CPU test can kill, documented per op.
 
-`harness/equivalents/<op>.py` holds `EQUIVALENT`, the entries for `impl/<op>.py` and
+`harness/mutation/equivalents/<op>.py` holds `EQUIVALENT`, the entries for `impl/<op>.py` and
 `impl/kernels/<op>.py`: each names the file, the function (`*`: any), regular expressions for
 the diff's removed and added lines, and the reason no test can tell the mutant from the
 original (mirrored in docs/mutation.md). The mutmut driver treats a survivor as equivalent only
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from batchproof.mutmut_driver import Mutant
+    from batchproof.mutation.mutant import Mutant
 
 ON_CPU = ("CPU-equivalent: the tensor is created on (or moved to) the default device, which is "
           "the target device on CPU; killed on CUDA by tests/test_registry.py::test_impl_on_cuda "

@@ -1,6 +1,6 @@
 """mutmut survivors of `impl/rl_batch.py` that no CPU test can kill (see the package docstring)."""
 
-from batchproof.equivalents import NO_DEVICE, ON_CPU, Equivalent
+from batchproof.mutation.equivalents import NO_DEVICE, ON_CPU, Equivalent
 
 EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent("impl/rl_batch.py", "*", r"device=|\.to\(device", r"device=None|\.to\(None\)",

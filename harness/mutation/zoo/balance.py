@@ -12,9 +12,9 @@ import heapq
 import torch
 
 from batchproof.impl import balance as _impl
+from batchproof.mutation.zoo import ZooEntry
+from batchproof.mutation.zoo.sft import _ffd_variant
 from batchproof.reference import balance as _reference
-from batchproof.zoo import ZooEntry
-from batchproof.zoo.sft import _ffd_variant
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
 _kk_ok = _impl.karmarkar_karp
