@@ -16,6 +16,7 @@ from batchproof import registry
 from batchproof.cli import main
 from batchproof.mutation import mutmut_driver
 from batchproof.registry import Case
+from batchproof.statuses import Outcome, Verdict, exit_status
 
 THEIRS = textwrap.dedent('''\
     from batchproof.reference.rl_batch import build_rl_batch
@@ -199,3 +200,35 @@ def test_mutmut_outside_a_clone_refuses_in_one_line(monkeypatch, tmp_path, capsy
     monkeypatch.setattr(mutmut_driver, "REPO", tmp_path)
     assert main(["mutate", "--mutmut"]) == 3
     assert "clone of the batchproof repository" in _one_line_error(capsys)
+
+
+def test_verify_and_check_share_one_exit_policy(theirs, monkeypatch, capsys) -> None:
+    """A check that ran no example, with nothing set aside, is batchproof's failure through
+    both doors (exit 3), and so is an error; a divergence is 1 (issue 31: one exit policy)."""
+    from batchproof.adapters import runner
+
+    def ran_nothing(*args, **kwargs) -> None:
+        return None
+
+    monkeypatch.setattr("batchproof.checks.run_check", ran_nothing)  # verify's lazy import
+    monkeypatch.setattr(runner, "run_check", ran_nothing)
+    for command in ("verify", "check"):
+        assert main([command, "--impl", "theirs:multiple", "--op", "trainer.required_multiple",
+                     "--check", "equivalence"]) == 3, command
+        assert "no example" in capsys.readouterr().out, command
+
+
+@pytest.mark.parametrize(("statuses", "ours", "diverged", "expected"), [
+    ([], False, False, 3),  # nothing ran
+    ([Verdict.PASS, Verdict.ERROR, Verdict.FAIL], False, False, 3),
+    ([Outcome.PASS, Outcome.NOT_RUN], False, False, 3),
+    ([Outcome.PASS, Outcome.NEW, Outcome.ERROR], False, False, 3),
+    ([Outcome.PASS], True, False, 3),  # an adapter that does not fit
+    ([Verdict.PASS, Verdict.FAIL], False, False, 1),
+    ([Outcome.PASS, Outcome.NEW, Outcome.NOT_TESTED], False, False, 1),
+    ([Outcome.PASS, Outcome.KNOWN], False, True, 1),  # a known divergence diverged otherwise
+    ([Outcome.PASS, Outcome.KNOWN, Outcome.SKIPPED, Outcome.NOT_TESTED], False, False, 0),
+    ([Verdict.PASS], False, False, 0),
+])
+def test_exit_status_policy(statuses, ours, diverged, expected) -> None:
+    assert exit_status(statuses, ours=ours, diverged=diverged) == expected

@@ -6,9 +6,11 @@ ones.
         inputs a known divergence `applies` to      -> set aside, counted, re-run once to confirm
         every other input                           -> the ordinary check (shrunk on failure)
 
-A failing check is a *new* divergence (exit status 1). A check that ran no example against the
-target is `not tested`, never a pass; a failure of batchproof itself is an `error` (both exit
-status 3). A known divergence whose inputs were met but never diverged is reported as
+A failing check is a *new* divergence (exit status 1). A check whose every drawn input was set
+aside (outside the domain, or a known divergence) is `not tested`: never a pass, and no change to
+the exit status. A failure of batchproof itself is an `error` (exit status 3), and so is a check
+that ran no example with nothing set aside (`batchproof.statuses.exit_status`: the one policy of
+`verify` and `check`). A known divergence whose inputs were met but never diverged is reported as
 `not reproduced` (fixed upstream? then remove it from the adapter).
 """
 
@@ -55,7 +57,7 @@ from batchproof.checks import (
 from batchproof.compare import Mismatch
 from batchproof.registry import BadCase, Candidate, Case, OpInfo
 from batchproof.report import Failure, command, describe, without_explain
-from batchproof.statuses import KnownStatus, Outcome
+from batchproof.statuses import KnownStatus, Outcome, exit_status
 
 console = Console(width=None if Console().is_terminal else 140)
 
@@ -407,9 +409,10 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
             outcome.examples, outcome.seconds = stats.examples, time.perf_counter() - started
             if outcome.status == Outcome.PASS and stats.notes:
                 outcome.detail = "; ".join(stats.notes)  # e.g. a replay that passes now
-            if outcome.status == Outcome.PASS and outcome.examples == 0:
-                outcome.status = Outcome.NOT_TESTED
-                outcome.detail = "no example reached the target"
+            if outcome.status == Outcome.PASS and outcome.examples == 0:  # nothing set aside
+                outcome.status = Outcome.ERROR
+                outcome.detail = "no example reached the target, and none was set aside: " \
+                                 "batchproof's own failure"
         outcomes.append(outcome)
     known = [tally.entry(k) for k in adapter.known]
     return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
@@ -641,14 +644,12 @@ def print_summary(reports: list[AdapterReport]) -> None:
 
 
 def exit_code(reports: list[AdapterReport]) -> int:
-    """3 when a check could not be carried out or an adapter could not run, else 1 when a new
-    divergence was found, else 0.
-    A NOT TESTED check changes no exit status of `batchproof check` (a framework function may
-    have no input left to test once its known divergences are set aside); the report and the
-    summary line say it was not tested. `batchproof.check` fails on it."""
-    if not reports or any(r.errors or r.misfit for r in reports):
-        return 3
-    return 1 if any(r.new or r.unexplained for r in reports) else 0
+    """The one exit policy (`batchproof.statuses.exit_status`) over every check of every report;
+    an adapter that does not fit counts as batchproof's failure, a known divergence that
+    diverged another way as a divergence."""
+    return exit_status([o.status for r in reports for o in r.outcomes],
+                       ours=any(r.misfit for r in reports),
+                       diverged=any(r.unexplained for r in reports))
 
 
 def replayer(impl: str | None, chosen: Adapter, *, adapter: str | None = None,

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from enum import IntEnum
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
-class ExitStatus(IntEnum):
-    """What a command's exit status says (the same for every command)."""
-
-    OK = 0  # every check passed (mutate: every planted bug or mutant killed)
-    DIVERGENCE = 1  # a divergence was found (mutate: one survived)
-    USAGE = 2  # a mistake in the command line
-    HARNESS = 3  # the target could not be imported, or batchproof itself failed
-
+from batchproof.statuses import ExitStatus
 
 OK, DIVERGENCE, USAGE, HARNESS = (ExitStatus.OK, ExitStatus.DIVERGENCE, ExitStatus.USAGE,
                                   ExitStatus.HARNESS)

@@ -32,7 +32,7 @@ from batchproof.cli.common import (
     select_checks,
     select_records,
 )
-from batchproof.statuses import Verdict
+from batchproof.statuses import Verdict, exit_status
 
 
 @dataclass
@@ -227,16 +227,14 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
     result.examples, result.seconds = stats.examples, time.perf_counter() - t0
     if result.passed:
         result.notes = list(stats.notes)  # e.g. a replay that passes now
-    if result.passed and result.examples == 0:
-        result.status = Verdict.NOT_TESTED
+    if result.passed and result.examples == 0:  # nothing ran: never a pass
+        result.status = Verdict.ERROR
+        result.error = "no example ran: the strategy drew none (batchproof's own failure)"
     return result
 
 def exit_code(results: Sequence[CheckResult]) -> int:
-    """3 when batchproof could not do its job (an error, a check with no example, nothing run),
-    else 1 when a check failed, else 0."""
-    if not results or any(r.status in (Verdict.ERROR, Verdict.NOT_TESTED) for r in results):
-        return HARNESS
-    return DIVERGENCE if any(r.status == Verdict.FAIL for r in results) else OK
+    """The one exit policy (`batchproof.statuses.exit_status`) over the checks run."""
+    return exit_status(r.status for r in results)
 
 def _verify_words(args: argparse.Namespace, record: str) -> list[str]:
     words = [PROG, "verify", "--impl", args.impl, "--op", record]
@@ -246,8 +244,7 @@ def _verify_words(args: argparse.Namespace, record: str) -> list[str]:
         words += ["--profile", args.profile]
     return words
 
-_COLOUR = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.ERROR: "red",
-           Verdict.NOT_TESTED: "yellow"}
+_COLOUR = {Verdict.PASS: "green", Verdict.FAIL: "red", Verdict.ERROR: "red"}
 
 def _badge(status: str, count: int = 0) -> str:
     label = status.upper() + (f" ({count})" if count else "")
@@ -275,8 +272,6 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
         console.rule(f"{r.op}.{r.function} — {r.check}{where} ({r.status})", style="red")
         for line in [r.error, *r.notes]:
             say(line)
-        if r.status == Verdict.NOT_TESTED:
-            say("the check ran no example: it did not pass")
         if r.minimal:
             say(f"minimal case: {r.minimal}")
         if r.replay:
@@ -288,7 +283,7 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
     passed = sum(r.passed for r in results)
     colour = "green" if passed == len(results) else "red"
     counts = {s: sum(r.status == s for r in results)
-              for s in (Verdict.FAIL, Verdict.ERROR, Verdict.NOT_TESTED)}
+              for s in (Verdict.FAIL, Verdict.ERROR)}
     extra = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     console.print(f"[{colour}]{passed}/{len(results)} checks passed[/{colour}]"
                   f"{f' ({extra})' if extra else ''} in {seconds:.1f}s"
