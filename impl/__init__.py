@@ -1,4 +1,6 @@
-"""batchproof `impl/`: one module per op (see ../shared/spec and docs/)."""
+"""batchproof `impl/`: one module per op (see ../shared/spec and docs/).
+
+Floor 0: imports `reference/` (shared validation) and nothing of the harness."""
 
 import logging
 

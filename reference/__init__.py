@@ -1,4 +1,6 @@
-"""batchproof `reference/`: one module per op (see ../shared/spec and docs/)."""
+"""batchproof `reference/`: one module per op (see ../shared/spec and docs/).
+
+Floor 0: imports nothing of batchproof but itself."""
 
 import logging
 

@@ -42,6 +42,9 @@ raising. A predicate that raises anyway is the adapter's fault, not the framewor
 stops with `PredicateError` (batchproof's own failure, exit status 3), naming the adapter, the
 predicate and the input. So does the adapter's `wrap` when it raises on its own, outside the
 framework's function (`AdapterError`): an adapter passes what it is given on to the framework.
+
+Floor 2 (docs/harness.md, "The house, by floor"): imports the core; imported by `mutation`,
+`api` and the command line, never by the core.
 """
 
 from __future__ import annotations

@@ -21,8 +21,12 @@ batchproof itself failed (a registry error, a check that could not run an exampl
 
 The package: `parser` (the sub-parsers; the scope and search options declared once), one module
 per command (`verify`, `check`, `mutation`, `bench`, `fuzz`, `listing`: list and show), and
-`common` (exit statuses, `UsageError`/`TargetError`, what the commands share). A command's module
+`common` (`UsageError`/`TargetError`, the exit statuses re-exported from `statuses`, what the
+commands share). A command's module
 is imported only when it runs, so `batchproof --version` and a usage error stay fast.
+
+The top floor (docs/harness.md, "The house, by floor"): imports anything below it; nothing
+imports it but `batchproof.__main__` and the console scripts.
 """
 
 from __future__ import annotations
