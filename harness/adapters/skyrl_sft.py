@@ -36,6 +36,7 @@ import math
 import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -957,49 +958,6 @@ FFD_KNOWN = (
 
 # --------------------------------------------------------------------------- adapters (0.3.0)
 
-register_adapter(Adapter(
-    name="skyrl.collate_sft", framework="skyrl", record="sft.collate_sft",
-    target=f"{SFT_TRAINER}:collate_sft_batch", wrap=collate_adapter, distribution="skyrl",
-    versions="~=0.3.0",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL's left-padding SFT collate function against collate_sft(normalize=False)",
-    forms=("lists",),  # `[pad] * k + input_ids` concatenates lists
-    supports=collate_domain_03(False), valid=collate_valid(False),
-    invalid=collate_invalid(False),
-    known=collate_known(TRAINER_03, normalized=False),
-))
-
-register_adapter(Adapter(
-    name="skyrl.default_collator", framework="skyrl", record="sft.collate_sft",
-    target=f"{COLLATORS}:DefaultCollator", wrap=default_collator_adapter, distribution="skyrl",
-    versions="~=0.3.0",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL's DefaultCollator (collate + token-mean loss normalization) against "
-        "collate_sft(normalize=True)",
-    forms=("lists",), supports=collate_domain_03(True), valid=collate_valid(True),
-    invalid=collate_invalid(True), known=collate_known(COLLATORS_03, normalized=True),
-))
-
-register_adapter(Adapter(
-    name="skyrl.pack_sft", framework="skyrl", record="sft.pack_sft",
-    target=f"{COLLATORS}:PackedDataCollator", wrap=packed_adapter, distribution="skyrl",
-    versions="~=0.3.0",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL's PackedDataCollator (FFD bins, shard-major rows, TP/CP/FP8-aligned "
-        "sub-sequences) against pack_sft",
-    forms=None,  # every input form: lists, tensors, mixed, a jagged TensorDict batch
-    supports=on_cpu, invalid=ops.bad_pack_cases().map(_on_bad(_integer_weights)),
-    known=PACK_KNOWN_03, not_provided=("position_ids", "cu_seqlens_padded"),
-))
-
-register_adapter(Adapter(
-    name="skyrl.ffd_bins", framework="skyrl", record="sft.ffd_bins",
-    target=f"{BIN_PACKING}:make_seq_packer", wrap=ffd_adapter, distribution="skyrl",
-    versions=">=0.3.0,<0.5",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL's first-fit-decreasing SeqPacker (with the DP bin-count adjustment) against "
-        "ffd_bins", forms=None, known=FFD_KNOWN,
-))
 
 
 # --------------------------------------------------------------------------- skyrl 0.4.0
@@ -1460,38 +1418,85 @@ PACK_KNOWN_04 = (
             "ValueError (pin batch_without_batch_dimension)."),
 )
 
-register_adapter(Adapter(
-    name="skyrl.collate_sft_v0_4", framework="skyrl", record="sft.collate_sft",
-    target=f"{SFT_TRAINER}:collate_sft_batch", wrap=collate_adapter, distribution="skyrl",
-    versions="~=0.4.0",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL 0.4's left-padding SFT collate function against collate_sft(normalize=False)",
-    forms=("lists",), supports=normalize_is(False), valid=collate_valid(False),
-    invalid=collate_invalid(False), known=collate_known_04(TRAINER_04, normalized=False),
-))
 
-register_adapter(Adapter(
-    name="skyrl.default_collator_v0_4", framework="skyrl", record="sft.collate_sft",
-    target=f"{COLLATORS}:DefaultCollator", wrap=default_collator_adapter, distribution="skyrl",
-    versions="~=0.4.0",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL 0.4's DefaultCollator against collate_sft(normalize=True)",
-    forms=("lists",), supports=normalize_is(True), valid=collate_valid(True),
-    invalid=collate_invalid(True), known=collate_known_04(COLLATORS_04, normalized=True),
-))
+# --------------------------------------------------------------------------- the adapters
+#
+# The collate, DefaultCollator and packing adapters of each release are declared once; what
+# differs between releases is data (`SftRelease`): the versions, the domain, the known
+# divergences, the upstream places and, for the packer, its forms and arguments.
 
-register_adapter(Adapter(
-    name="skyrl.pack_sft_v0_4", framework="skyrl", record="sft.pack_sft",
-    target=f"{COLLATORS}:PackedDataCollator", distribution="skyrl",
-    wrap=lambda collator: packed_adapter(collator, takes_recipe=True),
-    versions="~=0.4.0",
-    importing=typed_dict_for_pydantic,
-    doc="SkyRL 0.4's PackedDataCollator (the contract's fp8_recipe passed through) against "
-        "pack_sft",
+
+@dataclass(frozen=True)
+class SftRelease:
+    """What the SFT adapters of one SkyRL release differ in."""
+
+    versions: str  # the pip specifier its adapters accept
+    suffix: str  # of the adapters' names ("" for the first release checked)
+    label: str  # how the docs name it ("SkyRL's", "SkyRL 0.4's")
+    collate_domain: Callable[[bool], Callable[[Case], bool]]  # normalize -> `supports`
+    collate_known: Callable[..., tuple[KnownDivergence, ...]]  # (upstream, normalized=)
+    trainer: str  # upstream place of collate_sft_batch
+    collators: str  # upstream place of DefaultCollator
+    pack_known: tuple[KnownDivergence, ...]
+    pack_forms: tuple[str, ...] | None  # None: every input form
+    pack_wrap: Callable[[type], Callable[..., TensorDict]]
+    pack_invalid: Callable[[Case], Case]  # applied to each bad packing call
+    pack_doc: str
+
+
+def register_sft_release(release: SftRelease) -> None:
+    """Register the release's collate_sft, default_collator and pack_sft adapters."""
+    common = {"framework": "skyrl", "distribution": "skyrl", "versions": release.versions,
+              "importing": typed_dict_for_pydantic}
+    for normalized, name, target, wrap, upstream, what in (
+            (False, "collate_sft", f"{SFT_TRAINER}:collate_sft_batch", collate_adapter,
+             release.trainer, "left-padding SFT collate function"),
+            (True, "default_collator", f"{COLLATORS}:DefaultCollator",
+             default_collator_adapter, release.collators,
+             "DefaultCollator (collate + token-mean loss normalization)")):
+        register_adapter(Adapter(
+            name=f"skyrl.{name}{release.suffix}", record="sft.collate_sft", target=target,
+            wrap=wrap, doc=f"{release.label} {what} against collate_sft(normalize={normalized})",
+            forms=("lists",),  # `[pad] * k + input_ids` concatenates lists
+            supports=release.collate_domain(normalized), valid=collate_valid(normalized),
+            invalid=collate_invalid(normalized),
+            known=release.collate_known(upstream, normalized=normalized), **common))
+    register_adapter(Adapter(
+        name=f"skyrl.pack_sft{release.suffix}", record="sft.pack_sft",
+        target=f"{COLLATORS}:PackedDataCollator", wrap=release.pack_wrap,
+        doc=f"{release.label} PackedDataCollator ({release.pack_doc}) against pack_sft",
+        forms=release.pack_forms, supports=on_cpu,
+        invalid=ops.bad_pack_cases().map(_on_bad(release.pack_invalid)),
+        known=release.pack_known, not_provided=("position_ids", "cu_seqlens_padded"), **common))
+
+
+SKYRL_03 = SftRelease(
+    versions="~=0.3.0", suffix="", label="SkyRL's", collate_domain=collate_domain_03,
+    collate_known=collate_known, trainer=TRAINER_03, collators=COLLATORS_03,
+    pack_known=PACK_KNOWN_03, pack_forms=None,  # every input form, a jagged TensorDict too
+    pack_wrap=packed_adapter, pack_invalid=_integer_weights,
+    pack_doc="FFD bins, shard-major rows, TP/CP/FP8-aligned sub-sequences")
+
+SKYRL_04 = SftRelease(
+    versions="~=0.4.0", suffix="_v0_4", label="SkyRL 0.4's",
+    collate_domain=normalize_is,  # 0.4 takes tensors and a TensorDict batch too
+    collate_known=collate_known_04, trainer=TRAINER_04, collators=COLLATORS_04,
     # every input form but float16 / bfloat16 loss-mask tensors: NumPy has no bfloat16
     # (`np.asarray(loss_mask, dtype=np.float32)` raises TypeError 'Got unsupported ScalarType
     # BFloat16'), a dtype the packer cannot be given; that form draws it for half the batches
-    forms=PACK_FORMS_04, supports=on_cpu,
-    invalid=ops.bad_pack_cases().map(_on_bad(lambda c: _integer_weights(_without_fp8(c)))),
-    known=PACK_KNOWN_04, not_provided=("position_ids", "cu_seqlens_padded"),
+    pack_known=PACK_KNOWN_04, pack_forms=PACK_FORMS_04,
+    pack_wrap=lambda collator: packed_adapter(collator, takes_recipe=True),
+    pack_invalid=lambda case: _integer_weights(_without_fp8(case)),
+    pack_doc="the contract's fp8_recipe passed through")
+
+register_sft_release(SKYRL_03)
+register_adapter(Adapter(
+    name="skyrl.ffd_bins", framework="skyrl", record="sft.ffd_bins",
+    target=f"{BIN_PACKING}:make_seq_packer", wrap=ffd_adapter, distribution="skyrl",
+    versions=">=0.3.0,<0.5",
+    importing=typed_dict_for_pydantic,
+    doc="SkyRL's first-fit-decreasing SeqPacker (with the DP bin-count adjustment) against "
+        "ffd_bins", forms=None, known=FFD_KNOWN,
 ))
+
+register_sft_release(SKYRL_04)
