@@ -127,12 +127,12 @@ class Property:
     varies: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, check: Callable[..., None], *, metamorphic: bool = False,
-           varies: tuple[str, ...] = ()) -> Property:
-        """The property a check function states: named after it (less a `prop_` prefix),
-        documented by its docstring. `Property.of(prop_alignment)` is
+    def of(cls, check: Callable[..., None], *, name: str | None = None,
+           metamorphic: bool = False, varies: tuple[str, ...] = ()) -> Property:
+        """The property a check function states: named after it (less a `prop_` prefix) unless
+        `name` says otherwise, documented by its docstring. `Property.of(prop_alignment)` is
         `Property("alignment", prop_alignment, prop_alignment.__doc__)`."""
-        return cls(check.__name__.removeprefix("prop_"), check, check.__doc__ or "",
+        return cls(name or check.__name__.removeprefix("prop_"), check, check.__doc__ or "",
                    metamorphic=metamorphic, varies=varies)
 
     def verify(self, case: Case, output: Any, candidate: Callable[..., Any]) -> None:

@@ -737,7 +737,7 @@ BALANCED_PARTITIONS = register(OpInfo(
         Property.of(prop_partition),
         Property.of(prop_equal_size),
         Property.of(prop_sorted_indices),
-        Property("descending", prop_partitions_descending, prop_partitions_descending.__doc__),
+        Property.of(prop_partitions_descending, name="descending"),
     ],
     pins=PARTITION_PINS,
     forms=_PARTITION_FORMS,

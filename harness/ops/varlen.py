@@ -901,8 +901,8 @@ UNPAD = register(OpInfo(
     invalid=bad_unpad_cases(),
     compare=assert_identical,
     properties=[
-        Property("round_trip", prop_unpad_round_trip, prop_unpad_round_trip.__doc__),
-        Property("cu_seqlens", prop_unpad_cu_seqlens, prop_unpad_cu_seqlens.__doc__),
+        Property.of(prop_unpad_round_trip, name="round_trip"),
+        Property.of(prop_unpad_cu_seqlens, name="cu_seqlens"),
     ],
     pins=UNPAD_PINS,
     devices=("cpu", "cuda"),
