@@ -206,7 +206,8 @@ def sft_examples(
     >>> collate_sft(examples, pad_token_id=0)["input_ids"].shape[0] == len(examples)
     True
     """
-    from batchproof.ops.sft import ATTENTION_KINDS, LOSS_KINDS, _to_jagged, _to_tensors
+    from batchproof.ops.sft import ATTENTION_KINDS, LOSS_KINDS
+    from batchproof.ops.sft import FORMS as SFT_FORMS
     from batchproof.ops.sft import sft_examples as drawn_examples
     from batchproof.registry import Case
 
@@ -225,7 +226,7 @@ def sft_examples(
                            else tuple(attention_masks))
     if form == "lists":
         return drawn
-    convert = _to_tensors if form == "tensors" else _to_jagged
+    convert = SFT_FORMS[form]  # the record's own input forms: "tensors", "jagged"
     return drawn.map(lambda examples: convert(Case((examples,))).args[0])
 
 
