@@ -332,20 +332,24 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                   derandomize: bool = False,
                   seed: int | None = None,
                   reproduce: tuple[str, str] | None = None,
-                  base_settings: settings | None = None) -> AdapterReport:
+                  base_settings: settings | None = None,
+                  device: str = "cpu") -> AdapterReport:
     """Run the record's checks (or the named ones) on the adapter; never raises on divergence.
 
     Hypothesis runs under `base_settings` (default: the loaded profile; `max_examples` overrides
     its example count). `replay_database=False` starts from fresh examples instead of replaying
     the failures saved in Hypothesis' example database (what a test of the shrunk example
     needs); `derandomize` makes the search the same on every run (a test that asserts what it
-    finds needs that); `seed` and `reproduce` are `run_check`'s."""
+    finds needs that); `seed`, `reproduce` and `device` (where the checked inputs are made) are
+    `run_check`'s. The inputs set aside for a known divergence are confirmed on the CPU."""
     candidate = candidate if candidate is not None else adapter.candidate()
     base = registry.get(adapter.record)
     wanted = checks or base.check_names()
     unknown = set(wanted) - set(base.check_names())
     if unknown:
         raise ValueError(f"{base.name} has no check {sorted(unknown)}")
+    if device not in base.devices:
+        raise ValueError(f"{base.name} is checked on {list(base.devices)}, not on {device}")
     candidate = completed(candidate, base.reference, adapter.not_provided)
     misfit = fit_problem(adapter, candidate)
     if misfit:  # one line for the whole adapter, not one divergence per check
@@ -391,7 +395,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 record = info if check.startswith("pin:") else search
                 run_check(record, check, candidate, settings=quiet, stats=stats, seed=seed,
                           reproduce=reproduce, admits=_admits(adapter),
-                          in_scope=_in_scope(adapter))
+                          in_scope=_in_scope(adapter), device=device)
             except Unsatisfiable:
                 outcome.status = Outcome.NOT_TESTED
                 outcome.detail = "every generated input met a known divergence or was outside " \
@@ -653,11 +657,11 @@ def exit_code(reports: list[AdapterReport]) -> int:
 
 
 def replayer(impl: str | None, chosen: Adapter, *, adapter: str | None = None,
-             profile: str | None = None, scope: Scope | None = None):
+             profile: str | None = None, scope: Scope | None = None, device: str = "cpu"):
     """outcome -> the `batchproof check` command line that replays its failure alone, in the
     scope the adapter was narrowed to (`chosen.scope`, or `scope`)."""
     words = ["batchproof", "check", *command_words(impl, chosen, adapter=adapter,
-                                                   profile=profile, scope=scope)]
+                                                   profile=profile, scope=scope, device=device)]
 
     def replay(outcome: CheckOutcome) -> str:
         extra = ["--check", outcome.check] + (["--reproduce", outcome.blob] if outcome.blob
@@ -668,7 +672,8 @@ def replayer(impl: str | None, chosen: Adapter, *, adapter: str | None = None,
 
 
 def command_words(impl: str | None, chosen: Adapter, *, adapter: str | None = None,
-                  profile: str | None = None, scope: Scope | None = None) -> list[str]:
+                  profile: str | None = None, scope: Scope | None = None,
+                  device: str = "cpu") -> list[str]:
     """`batchproof check`'s arguments that check `chosen` again, in its scope."""
     scope = scope if scope is not None else chosen.scope
     flags = scope.words()
@@ -676,6 +681,7 @@ def command_words(impl: str | None, chosen: Adapter, *, adapter: str | None = No
     words = [*files, *(["--impl", impl] if impl else [])]
     words += ["--adapter", adapter] if adapter else ["--op", chosen.record]
     words += flags[len(files):]
+    words += ["--device", device] if device != "cpu" else []
     return words + (["--profile", profile] if profile else [])
 
 

@@ -5,7 +5,7 @@
                       [--max-examples N] [--seed N] [--reproduce BLOB] [--json FILE]
     batchproof check --impl skyrl|verl|module:function [--op NAME] [--adapter NAME]
                      [--check NAME ...] [--profile P] [--max-examples N] [--seed N]
-                     [--reproduce BLOB] [--json FILE]
+                     [--device cpu|cuda] [--reproduce BLOB] [--json FILE]
     batchproof show --op NAME
     batchproof list [ops|records|checks|adapters|profiles]
     batchproof mutate --zoo [--op NAME ...] [--seeds N] [--search-only] [--jobs N]

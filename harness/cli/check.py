@@ -5,8 +5,13 @@
       -> `runner.run_adapter` for each (one adapter's failure is reported, the others run)
       -> the report, its replay lines, the summary, the scope hint; `--json`
 
-Exit status: 0 no new divergence, 1 a new one, 2 a usage error, 3 the target could not be
-imported or a check could not be carried out (batchproof's own failure).
+Exit status (`batchproof.statuses.exit_status`, the policy `verify` shares): 0 no new
+divergence, 1 a new one, 2 a usage error, 3 the target could not be imported or a check could
+not be carried out (batchproof's own failure).
+
+`batchproof verify --impl module:function` comes here too: one function of a record's contract
+is checked the same way through either door (the identity adapter, the same report, replay line
+and exit status).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from batchproof.cli.common import (
     HARNESS,
     UsageError,
     _load_profile,
+    _need_cuda,
     _one_thread_unless_asked,
+    import_target,
     reproduce_of,
     run_settings,
 )
@@ -41,6 +48,9 @@ def check(args: argparse.Namespace) -> int:
     )
     from batchproof.adapters.scope import Scope
 
+    device = getattr(args, "device", "cpu")
+    if device == "cuda":
+        _need_cuda()
     profile = _load_profile(args.profile)
     _one_thread_unless_asked()  # as verify: tiny tensors (and tiny models) only contend
     if args.max_examples is not None and args.max_examples < 1:
@@ -63,14 +73,16 @@ def check(args: argparse.Namespace) -> int:
         return HARNESS
     reproduce = reproduce_of(args.reproduce)
     custom = args.impl is not None and ":" in args.impl
+    if custom and not args.adapter:
+        import_target(args.impl)  # one line and exit 3 when it cannot be imported
     reports = []
     for chosen in adapters:
         report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
-                             base_settings=run_settings(args.max_examples))
+                             base_settings=run_settings(args.max_examples), device=device)
         reports.append(report)
         print_report(report, profile, replay=replayer(
             args.impl, chosen, adapter=args.adapter or (None if custom else chosen.name),
-            profile=args.profile))
+            profile=args.profile, device=device))
     code = exit_code(reports)
     if args.json:
         with open(args.json, "w") as handle:

@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "module:function target that it maps")
     p.add_argument("--check", action="append", metavar="NAME",
                    help="run only this check; repeatable")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="make the checked inputs on this device (default cpu)")
     _scope_options(p)
     _search_options(p)
     p.add_argument("--json", metavar="FILE")

@@ -25,7 +25,6 @@ from batchproof.cli.common import (
     _one_thread_unless_asked,
     _progress,
     console,
-    import_target,
     reproduce_of,
     run_settings,
     say,
@@ -56,10 +55,8 @@ class CheckResult:
 
 def resolve_candidate(info, impl: str):
     """The function under test for one record: None for the built-in impl (late-bound, so the
-    bug zoo's patches are honoured), a package mirroring `impl/`, or module:function."""
-    if ":" in impl:
-        target = import_target(impl)
-        return lambda *a, **k: target(*a, **k)
+    bug zoo's patches are honoured), or a package mirroring `impl/` (a module:function goes
+    through `batchproof check`: `_one_function`)."""
     if impl == "impl":
         return None
     from batchproof.adapters import current_folder_importable
@@ -76,6 +73,8 @@ def resolve_candidate(info, impl: str):
     return lambda *a, **k: getattr(module, info.function)(*a, **k)
 
 def verify(args: argparse.Namespace) -> int:
+    if ":" in args.impl:
+        return _one_function(args)
     measure = _start_coverage() if args.coverage else None
     from batchproof import placements
 
@@ -84,9 +83,6 @@ def verify(args: argparse.Namespace) -> int:
     profile = _load_profile(args.profile)
     _one_thread_unless_asked()
     infos, left_out = select_records(args.op)
-    if ":" in args.impl and len(infos) != 1:
-        raise UsageError(f"--impl {args.impl} needs --op naming exactly one record "
-                         f"(got {len(infos)}: {[i.name for i in infos]})")
     if args.reproduce and not args.check:
         raise UsageError("--reproduce replays one failure: give its --op and --check too")
     wanted = select_checks(infos, args.check)
@@ -141,6 +137,25 @@ def verify(args: argparse.Namespace) -> int:
             json.dump(document, handle, indent=2)
         say(f"report written to {args.json}")
     return code
+
+def _one_function(args: argparse.Namespace) -> int:
+    """`verify --impl module:function --op RECORD`: one function of a record's contract, checked
+    as `batchproof check --impl module:function` checks it (one path: the same engine, report,
+    replay line and exit status). Placements and coverage are about batchproof's own impl/."""
+    from batchproof.cli.check import check
+
+    if args.placement != "all":
+        raise UsageError(f"--placement {args.placement}: only batchproof's own impl on the CPU "
+                         "has placements")
+    if args.coverage:
+        raise UsageError("--coverage measures batchproof's own impl/ and reference/: not with "
+                         f"--impl {args.impl}")
+    infos, _ = select_records(args.op)
+    if len(infos) != 1:
+        raise UsageError(f"--impl {args.impl} needs --op naming exactly one record "
+                         f"(got {len(infos)}: {[i.name for i in infos]})")
+    return check(argparse.Namespace(**vars(args), adapter=None))
+
 
 def _start_coverage():
     from batchproof.cli import branch_coverage
