@@ -80,6 +80,12 @@ def test_version(capsys) -> None:
     (["verify", "--profile", "fast"], "unknown Hypothesis profile"),
     (["verify", "--op", "trainer", "--max-examples", "0"], "--max-examples"),
     (["verify", "--impl", "theirs:multiple"], "exactly one record"),
+    (["verify", "--impl", "theirs:multiple", "--op", "trainer.required_multiple",
+      "--placement", "kernel"], "only batchproof's own impl"),
+    (["verify", "--impl", "theirs:multiple", "--op", "trainer.required_multiple",
+      "--coverage"], "--coverage measures batchproof's own"),
+    (["check", "--impl", "theirs:multiple", "--op", "trainer.required_multiple",
+      "--device", "gpu"], "invalid choice"),
     (["verify", "--op", "trainer", "--reproduce", "AAA"], "--check"),
     (["show", "--op", "nope"], "unknown op"),
     (["list", "nothing"], "invalid choice"),
@@ -235,3 +241,16 @@ def test_verify_and_check_share_one_exit_policy(theirs, monkeypatch, capsys) -> 
 ])
 def test_exit_status_policy(statuses, ours, diverged, expected) -> None:
     assert exit_status(statuses, ours=ours, diverged=diverged) == expected
+
+
+@pytest.mark.gpu
+def test_one_function_is_checked_on_cuda_through_both_doors(tmp_path) -> None:
+    """`--device cuda` makes the checked inputs on the GPU in `check`, and so in `verify --impl
+    module:function`, which is checked the same way: the built-in function passes."""
+    for command in ("verify", "check"):
+        report = tmp_path / f"{command}.json"
+        assert main([command, "--impl", "batchproof.impl.rl_batch:build_rl_batch", "--op",
+                     "rl_batch.build_rl_batch", "--device", "cuda", "--max-examples", "5",
+                     "--json", str(report)]) == 0, command
+        (checked,) = json.loads(report.read_text())["reports"]
+        assert all(o["status"] == "pass" for o in checked["outcomes"]), command
