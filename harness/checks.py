@@ -419,9 +419,8 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
                                  "function outside the scope")
             except HarnessError:
                 raise
-            except AssertionError as err:
-                raise Mismatch(f"pin {name!r} failed ({pin.why}): property {prop.name}:\n"
-                               f"{err}") from None
+            except AssertionError as err:  # the handler below names the pin (once)
+                raise AssertionError(f"property {prop.name}:\n{err}") from None
             except Exception as err:
                 err.add_note(f"raised while checking the property {prop.name} on pin {name!r}")
                 raise

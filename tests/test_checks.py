@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis import errors as hypothesis_errors
 
 from batchproof import checks, registry
 from batchproof.checks import CheckStats, HarnessError, OutsideScope
@@ -423,3 +424,329 @@ def test_clone_deep_copies_what_it_does_not_know() -> None:
     inner = types.SimpleNamespace(rows=[[1]])
     copied = checks._clone(inner)
     assert copied.rows == [[1]] and copied.rows is not inner.rows
+
+
+# --------------------------------------------------------------------------- properties on pins
+
+
+def _with(properties=(), pins=()):
+    """balance.karmarkar_karp with stand-in properties and pins."""
+    import dataclasses
+
+    return dataclasses.replace(INFO, properties=tuple(properties), pins=tuple(pins))
+
+
+def _property(check, metamorphic=False):
+    from batchproof.registry import Property
+
+    return Property(check.__name__, check, metamorphic=metamorphic)
+
+
+def test_a_pin_runs_every_property_and_its_expectation_on_the_call_as_made() -> None:
+    from batchproof.registry import Pin
+
+    seen: list = []
+
+    def looks(case, output):
+        seen.append(("looks", case.args, output))
+
+    def calls_again(case, output, candidate):
+        seen.append(("again", candidate(case.args[0][::-1], case.args[1])))
+
+    def expects(case, output):
+        seen.append(("expect", case.args, output))
+
+    pin = Pin("p", Case(([3, 1, 2], 2), {}), "why", expect=expects)
+    bare = Pin("bare", Case(([1, 1], 2), {}), "no expectation")
+    info = _with([_property(looks), _property(calls_again, metamorphic=True)], [pin, bare])
+    stats = checks.run_check(info, "pin:p", karmarkar_karp)
+    output = karmarkar_karp([3, 1, 2], 2)
+    assert seen == [("looks", ([3, 1, 2], 2), output),
+                    ("again", karmarkar_karp([2, 1, 3], 2)),
+                    ("expect", ([3, 1, 2], 2), output)]
+    assert stats.examples == 1 and stats.notes == []
+    seen.clear()
+    checks.run_check(info, "pin:bare", karmarkar_karp)  # no expectation to call
+    assert [s[0] for s in seen] == ["looks", "again"]
+
+
+def test_a_pins_property_outside_the_scope_is_left_out_and_said_so() -> None:
+    from batchproof.registry import Pin
+
+    def calls_again(case, output, candidate):
+        candidate(case.args[0], 1)
+
+    info = _with([_property(calls_again, metamorphic=True)],
+                 [Pin("p", Case(([3, 1, 2], 2), {}), "why")])
+    stats = checks.run_check(info, "pin:p", karmarkar_karp,
+                             in_scope=lambda case: case.args[1] == 2)
+    assert stats.notes == ["property calls_again not checked on this pin: it calls the function "
+                           "outside the scope"]
+    quiet = checks.run_check(info, "pin:p", karmarkar_karp, in_scope=lambda case: False)
+    assert len(quiet.notes) == 1
+    checks.check_pin(info, "p", karmarkar_karp, in_scope=lambda case: False)  # no notes: fine
+
+
+def test_a_pins_failing_property_names_the_pin_and_the_property() -> None:
+    from batchproof.registry import Pin
+
+    def fails(case, output):
+        raise AssertionError("parts unbalanced")
+
+    def crashes(case, output):
+        raise KeyError("k")
+
+    def ours(case, output):
+        raise HarnessError("a broken property")
+
+    pin = Pin("p", Case(([3, 1, 2], 2), {}), "the why")
+    with pytest.raises(Mismatch) as raised:
+        checks.run_check(_with([_property(fails)], [pin]), "pin:p", karmarkar_karp)
+    # the pin is named once (it was twice: "pin 'p' failed (the why):\npin 'p' failed ...")
+    assert str(raised.value) == "pin 'p' failed (the why):\nproperty fails:\nparts unbalanced"
+    with pytest.raises(KeyError) as raised:
+        checks.run_check(_with([_property(crashes)], [pin]), "pin:p", karmarkar_karp)
+    assert raised.value.__notes__ == ["raised while checking the property crashes on pin 'p'"]
+    with pytest.raises(HarnessError, match="^a broken property$"):
+        checks.run_check(_with([_property(ours)], [pin]), "pin:p", karmarkar_karp)
+
+
+def test_a_property_search_calls_the_candidate_again_within_the_scope() -> None:
+    calls: list = []
+
+    def calls_again(case, output, candidate):
+        calls.append(candidate(case.args[0], case.args[1]))
+
+    info = _with([_property(calls_again, metamorphic=True)])
+    stats = checks.run_check(info, "property:calls_again", karmarkar_karp, settings=FEW)
+    assert stats.examples == len(calls) > 0
+    calls.clear()
+    with pytest.raises(hypothesis_errors.Unsatisfiable):  # every input is outside the scope
+        checks.run_check(info, "property:calls_again", karmarkar_karp,
+                         settings=settings(FEW, phases=[Phase.generate]),
+                         in_scope=lambda case: False)
+    assert calls == []
+
+
+def test_the_errors_check_of_a_record_without_invalid_inputs_is_a_usage_error() -> None:
+    import dataclasses
+
+    with pytest.raises(ValueError) as raised:
+        checks.run_check(dataclasses.replace(INFO, invalid=None), "errors", karmarkar_karp)
+    assert str(raised.value) == "balance.karmarkar_karp declares no invalid inputs"
+
+
+def test_a_device_run_needs_the_records_device_support() -> None:
+    with pytest.raises(ValueError) as raised:
+        checks._call_on(INFO, Case(([1], 1), {}), karmarkar_karp, "meta")
+    assert str(raised.value) == "balance.karmarkar_karp does not declare device support"
+    moved: list = []
+
+    def to_device(case, device):
+        moved.append((case.args, device))
+        return case
+
+    import dataclasses
+
+    info = dataclasses.replace(INFO, to_device=to_device)
+    assert checks._call_on(info, Case(([3, 1], 1), {}), karmarkar_karp, "meta") == [[0, 1]]
+    assert moved == [(([3, 1], 1), "meta")]
+
+
+def test_a_bad_input_moves_to_the_device_with_its_defect_and_device_argument() -> None:
+    tensor = torch.tensor([1.0, 2.0])
+    bad = Case(([tensor, [1, 2]], 3), {"equal_size": tensor})
+    moved = checks.bad_input_on(INFO, bad, "meta")  # karmarkar_karp takes no device
+    assert moved.args[0][0].is_meta and moved.args[0][1] == [1, 2] and moved.args[1] == 3
+    assert moved.kwargs["equal_size"].is_meta and "device" not in moved.kwargs
+    rl = registry.get("rl_batch.build_rl_batch")  # it takes one: device= is passed too
+    case = Case(([[1]], [[2]]), {"pad_token_id": 0})
+    assert checks.bad_input_on(rl, case, "meta").kwargs == {"pad_token_id": 0, "device": "meta"}
+    assert checks.bad_input_on(rl, case, "meta").args == ([[1]], [[2]])
+
+    class Unreadable:  # only what bad_input_on reads: an impl whose signature cannot be read
+        impl = 5
+    assert "device" not in checks.bad_input_on(Unreadable, case, "meta").kwargs
+
+
+# --------------------------------------------------------------------------- what equivalence passes on
+
+
+def test_equivalence_hands_the_comparator_the_record_and_the_call() -> None:
+    import dataclasses
+
+    from batchproof.compare import assert_identical
+
+    seen: list[dict] = []
+
+    def comparing(expected, actual, **kwargs):
+        seen.append({"expected": expected, **kwargs})
+        assert_identical(expected, actual)
+
+    def halved(case):  # a lossy form: the reference is asked again on it
+        return dataclasses.replace(case, args=([v // 2 for v in case.args[0]], case.args[1]))
+
+    picture = object()
+    info = dataclasses.replace(
+        INFO, compare=comparing, forms={"lists": lambda case: case, "halved": halved},
+        lossy_forms=("halved",), picture=picture,
+        describe_row=lambda case, row: f"row {row} of {len(case.args[0])} values",
+        targets=lambda case: {"values": len(case.args[0])})
+    case = Case(([8, 6, 4], 2), {})
+    checks.check_equivalence(info, case, karmarkar_karp)
+    lists, lossy = seen
+    assert lists["expected"] == karmarkar_karp([8, 6, 4], 2)
+    assert lossy["expected"] == karmarkar_karp([4, 3, 2], 2)
+    for kwargs, form in ((lists, "lists"), (lossy, "halved")):
+        assert kwargs["allow_device"] is False and kwargs["picture"] is picture
+        assert kwargs["describe_row"](1) == "row 1 of 3 values"  # of the drawn case
+        assert kwargs["compared"] == f"the reference vs the candidate on the {form!r} input form"
+        assert kwargs["case"] is case
+    assert checks._row_describer(INFO, case) is None  # a record without describe_row
+    stats = checks.run_check(info, "equivalence", karmarkar_karp, settings=FEW)  # with targets
+    assert stats.examples > 0
+
+
+def test_an_input_form_that_fails_is_batchproofs_error() -> None:
+    import dataclasses
+
+    def broken(case):
+        raise IndexError("no such row")
+
+    info = dataclasses.replace(INFO, forms={"broken": broken})
+    case = Case(([1], 1), {})
+    with pytest.raises(HarnessError) as raised:
+        checks.check_equivalence(info, case, karmarkar_karp)
+    assert str(raised.value) == (f"registry error: balance.karmarkar_karp's input form 'broken' "
+                                 f"failed on {case.short()}: IndexError: no such row")
+
+
+def test_as_called_applies_the_records_form_to_the_call() -> None:
+    import dataclasses
+
+    assert checks.as_called(INFO, len) is len
+    info = dataclasses.replace(INFO, as_called=lambda case: Case(
+        (torch.tensor(case.args[0]), *case.args[1:]), {**case.kwargs, "seen": True}))
+    called = checks.as_called(info, lambda *a, **k: (a, k))
+    args, kwargs = called([1, 2], 2, equal_size=False)
+    assert torch.equal(args[0], torch.tensor([1, 2])) and args[1] == 2
+    assert kwargs == {"equal_size": False, "seen": True}
+
+
+def test_check_pin_owes_messages_only_when_asked(monkeypatch) -> None:
+    def worded(values, k, **kwargs):
+        raise ValueError("k too large")
+
+    checks.check_pin(INFO, "k_greater_than_n", worded)  # the type is enough by default
+    with pytest.raises(Mismatch, match="error messages differ"):
+        checks.check_pin(INFO, "k_greater_than_n", worded, messages=True)
+
+
+def test_given_test_checks_the_candidate_it_is_given() -> None:
+    def wrong(values, k, **kwargs):
+        return [[0]]
+
+    FEW(checks.given_test(INFO, "equivalence"))()  # the impl, a stats of its own
+    with pytest.raises(Mismatch):
+        FEW(checks.given_test(INFO, "equivalence", wrong))()
+
+
+def test_a_replay_prints_nothing_of_hypothesis_own(capsys) -> None:
+    from batchproof.report import _BLOB
+
+    def accepts(values, k, **kwargs):
+        return [[0]]
+
+    blobbed = settings(FEW, phases=[Phase.generate], print_blob=True)
+    with pytest.raises(Mismatch) as raised:
+        checks.run_check(INFO, "errors", accepts, settings=blobbed)
+    version, blob = next(m.groups() for n in raised.value.__notes__ for m in [_BLOB.search(n)]
+                         if m)
+    capsys.readouterr()
+    with pytest.raises(Mismatch):
+        checks.run_check(INFO, "errors", accepts, reproduce=(version, blob))
+    assert capsys.readouterr().out == ""
+
+
+# --------------------------------------------------------------------------- the minimal case
+
+
+def _two_optional(values, k, *, equal_size=False, extra=None):
+    return karmarkar_karp(values, k, equal_size=equal_size)
+
+
+def test_dropping_keywords_keeps_a_bad_case_bad_and_says_which() -> None:
+    class Info:  # what _drop_irrelevant_kwargs reads: the reference's optional parameters
+        reference = staticmethod(_two_optional)
+
+    info = Info
+
+    def body(bad):  # fails the same way on every bad case it is handed whole
+        assert isinstance(bad, BadCase) and isinstance(bad.case, Case)
+        assert bad.raises is ValueError and bad.why == "k > n"
+        assert bad.case.args == ([1, 2], 3)
+        raise Mismatch("balance.karmarkar_karp: the candidate accepted bad input (k > n)")
+
+    bad = BadCase(Case(([1, 2], 3), {"equal_size": False, "extra": 1}), ValueError, "k > n")
+    with pytest.raises(Mismatch) as raised:
+        body(bad)
+    stats = CheckStats(failing=bad)
+    note = checks._drop_irrelevant_kwargs(info, body, raised.value, stats, None)
+    assert note == ("the minimal case leaves out equal_size, extra: it fails the same way without "
+                    "them (a replay runs the case as drawn)")
+    assert repr(stats.failing) == repr(BadCase(Case(([1, 2], 3), {}), ValueError, "k > n"))
+    # one left out: "it"; a keyword the domain needs is kept, and the next one still tried
+    extra_first = BadCase(Case(([1, 2], 3), {"extra": 1, "equal_size": False}), ValueError,
+                          "k > n")
+    stats = CheckStats(failing=extra_first)
+    note = checks._drop_irrelevant_kwargs(info, body, raised.value, stats,
+                                          lambda bad: "extra" in bad.case.kwargs)
+    assert note == ("the minimal case leaves out equal_size: it fails the same way without it "
+                    "(a replay runs the case as drawn)")
+    assert stats.failing.case.kwargs == {"extra": 1}
+    # nothing to leave out: no note, the case as it was
+    stats = CheckStats(failing=BadCase(Case(([1, 2], 3), {}), ValueError, "k > n"))
+    assert checks._drop_irrelevant_kwargs(info, body, raised.value, stats, None) == ""
+
+
+def test_a_strategy_that_raises_is_reported_as_it_raised() -> None:
+    import dataclasses
+
+    from hypothesis import strategies as st
+
+    def broken(draw_value):
+        raise ZeroDivisionError("in the strategy")
+
+    info = dataclasses.replace(INFO, valid=st.integers().map(broken), pins=())
+    stats = CheckStats()
+    with pytest.raises(ZeroDivisionError):
+        checks.run_check(info, "equivalence", karmarkar_karp, settings=FEW, stats=stats)
+    assert stats.failing is None and stats.examples == 0
+
+
+def test_a_verbose_replay_is_still_quiet(capsys) -> None:
+    from hypothesis import Verbosity
+
+    from batchproof.report import _BLOB
+
+    def accepts(values, k, **kwargs):
+        return [[0]]
+
+    verbose = settings(FEW, phases=[Phase.generate], print_blob=True,
+                       verbosity=Verbosity.normal)
+    with pytest.raises(Mismatch) as raised:
+        checks.run_check(INFO, "errors", accepts, settings=verbose)
+    version, blob = next(m.groups() for n in raised.value.__notes__ for m in [_BLOB.search(n)]
+                         if m)
+    capsys.readouterr()
+    with pytest.raises(Mismatch):
+        checks.run_check(INFO, "errors", accepts, settings=verbose, reproduce=(version, blob))
+    assert capsys.readouterr().out == ""
+
+
+def test_each_target_keeps_its_label() -> None:
+    import dataclasses
+
+    info = dataclasses.replace(INFO, targets=lambda case: {"values": len(case.args[0]),
+                                                           "parts": case.args[1]})
+    assert checks.run_check(info, "equivalence", karmarkar_karp, settings=FEW).examples > 0

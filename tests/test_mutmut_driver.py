@@ -203,6 +203,18 @@ def test_every_documented_equivalent_names_a_real_function() -> None:
         assert known.function == "*" or known.function in names, known
 
 
+def test_every_harness_module_and_its_killers_exist() -> None:
+    """`--harness NAME` mutates `harness/NAME.py` with its killers as the only tests: a renamed
+    module or test file would make the run mutate nothing or select no test."""
+    for name, killers in driver.HARNESS_KILLERS.items():
+        (path,) = driver.harness_files([name])
+        assert (driver.REPO / path).is_file(), path
+        assert killers and all((driver.REPO / k).is_file() for k in killers), name
+        config = driver.mutmut_config([path], None, [name])
+        assert config["only_mutate"] == [driver.installed_path(path)]
+        assert config["pytest_add_cli_args_test_selection"] == killers
+
+
 def test_cli_entry_point_parses() -> None:
     args = driver.build_parser().parse_args(["--op", "rl_batch", "--since", "HEAD~1"])
     assert args.op == ["rl_batch"] and args.since == "HEAD~1" and args.min_mutants == 20

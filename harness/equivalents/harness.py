@@ -11,6 +11,10 @@ from batchproof.equivalents import Equivalent
 
 COMPARE = "harness/compare.py"
 ADAPTERS = "harness/adapters/__init__.py"
+CHECKS = "harness/checks.py"
+ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
+                 "acts as) 'cpu', the device every CPU test runs on; a run on CUDA "
+                 "(tests/test_registry.py::test_impl_on_cuda, gpu marker) passes another")
 NO_ROWS_THERE = ("`_row_report` draws a row only for a tensor difference under a key both "
                  "TensorDicts hold as tensors (a key-set, batch-size or non-tensor difference "
                  "returns with no rows), so here the key is present and holds a tensor")
@@ -83,4 +87,57 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"hash\((str\()?None\)?\)",
                "the module name only labels the module object (it is never put in sys.modules), "
                "so one name for every file registers the same adapters from each"),
+
+    # ------------------------------------------------------------------ harness/checks.py
+    Equivalent(CHECKS, "*", r"\b(_search|check_equivalence|check_pin)\(.*\bdevice\b",
+               r"^(body = lambda case: check_equivalence\(info, case, call, \)|"
+               r"check_equivalence\(info, case, candidate, \))$", ON_CPU_DEVICE),
+    Equivalent(CHECKS, "run_check", r"check_pin\(info, pin\.name, call, device, ",
+               r"check_pin\(info, pin\.name, call, messages=", ON_CPU_DEVICE),
+    Equivalent(CHECKS, "*", r"_call_on\(info, (case|formed), (formed|candidate), device\)",
+               r"_call_on\(None, ", "CPU-equivalent: _call_on reads the record only to move a "
+               "case to another device; on the CPU it calls the candidate without it"),
+    Equivalent(CHECKS, "check_error_parity",
+               r'^case = bad_input_on\(info, bad\.case, device\) if device != "cpu" else bad\.case$',
+               r'^case = bad_input_on\((None, bad\.case, device|info, None, device|info, bad\.case, '
+               r'None|bad\.case, device|info, device|info, bad\.case, )\) if device != "cpu"|'
+               r'if \(device != "cpu"\) and False|if device != "(XXcpuXX|CPU)"|'
+               r'if \(device != "cpu"\) or True|if device == "cpu"',
+               "CPU-equivalent: on the CPU the bad case is already where the reference saw it; "
+               "bad_input_on(info, case, 'cpu') moves nothing and passes device='cpu' only to a "
+               "function that takes it, whose default is the CPU (bad_input_on itself is killed "
+               "by tests/test_checks.py::test_a_bad_input_moves_to_the_device_with_its_defect_"
+               "and_device_argument; the device branch runs on CUDA in tests/test_registry.py)"),
+    Equivalent(CHECKS, "_as_on_cpu", r'^if device == "cpu":$', r'^if device == "(XXcpuXX|CPU)":$',
+               "on the CPU the substitution that follows renames 'cpu' to 'cpu': the message is "
+               "returned unchanged either way"),
+    Equivalent(CHECKS, "_headline",
+               r'split\("\\n", 1\)\[0\]\.split\(":", 2\)\[:2\]',
+               r'split\("\\n", ?[12]?\)\[0\]\.split\(":", ?[23]?\)\[:2\]\)$',
+               "the first line, and its first two ':'-fields, are the same whether the string is "
+               "split once, twice or fully there"),
+    Equivalent(CHECKS, "_run_given",
+               r'and not hasattr\(failure, "exceptions"\):$',
+               r'and not hasattr\((None, "exceptions"|failure, "XXexceptionsXX"|failure, '
+               r'"EXCEPTIONS")\):$',
+               "a group of failures (report_multiple_bugs) tried without a keyword fails with one "
+               "exception, never a group: _same_failure is False for each trial, nothing is "
+               "dropped and no note is added, as when the group is skipped"),
+    Equivalent(CHECKS, "_run_given",
+               r"version, blob\.encode\(\) if isinstance\(blob, str\) else blob\)\(wrapped\)",
+               r"version, blob\.encode\(\) if \(isinstance\(blob, str\)\) and False else blob\)",
+               "hypothesis.reproduce_failure decodes a str blob as it does its bytes (tests/"
+               "test_checks.py::test_a_failures_blob_replays_it_and_a_fixed_one_says_so replays "
+               "both)"),
+    Equivalent(CHECKS, "_run_given",
+               r"settings = hypothesis\.settings\(settings or hypothesis\.settings\(\),",
+               r"^settings = (None|hypothesis\.settings\(None,|hypothesis\.settings\(settings "
+               r"and hypothesis\.settings\(\),|hypothesis\.settings\(verbosity=hypothesis\."
+               r"Verbosity\.quiet\))$",
+               "a replay runs the one example its blob encodes, quietly either way: of the "
+               "check's settings it could use only the verbosity, which the original forces to "
+               "quiet (tests/test_checks.py::test_a_verbose_replay_is_still_quiet kills the "
+               "mutants that keep a verbose one)"),
+    Equivalent(CHECKS, "bad_input_on", r"^takes_device = False$", r"^takes_device = None$",
+               "None and False are both false: no device argument is passed either way"),
 )
