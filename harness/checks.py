@@ -194,7 +194,10 @@ def _given_test(info, check, body, strategy, pins, stats):
         stats.examples += 1
         before = _copy(case)  # the candidate may change its input: keep the call as it was made
         try:
-            body(case)
+            # and run it on a copy: a pinned case is one object for every run of the process,
+            # which a candidate that changes its input would otherwise change for the next run
+            # (the replay of its failure, later checks) into another input, or an invalid one
+            body(_copy(case))
         except BaseException:
             stats.failing = before  # Hypothesis replays the minimal failing case last
             raise
@@ -398,31 +401,31 @@ def check_pin(info: OpInfo, name: str, candidate: Candidate, device: str = "cpu"
     A metamorphic property that would call the candidate outside `in_scope` is left out for this
     pin (said in `notes`)."""
     pin = _pin(info, name)
-    if isinstance(pin.case, BadCase):
-        check_error_parity(info, pin.case, candidate, device, messages)
+    case = _copy(pin.case)  # the registry's pin stays as written, whatever the candidate does
+    if isinstance(case, BadCase):
+        check_error_parity(info, case, candidate, device, messages)
         return
     try:
-        check_equivalence(info, pin.case, candidate, device)
+        check_equivalence(info, case, candidate, device)
         formed = as_called(info, candidate)
-        output = _on_cpu(_call_on(info, pin.case, formed, device))
+        output = _on_cpu(_call_on(info, case, formed, device))
         again = _scoped(formed, in_scope)
         for prop in info.properties:
             try:
-                prop.verify(pin.case, output, again)
+                prop.verify(case, output, again)
             except OutsideScope:
                 if notes is not None:
                     notes.append(f"property {prop.name} not checked on this pin: it calls the "
                                  "function outside the scope")
             except HarnessError:
                 raise
-            except AssertionError as err:
-                raise Mismatch(f"pin {name!r} failed ({pin.why}): property {prop.name}:\n"
-                               f"{err}") from None
+            except AssertionError as err:  # the handler below names the pin (once)
+                raise AssertionError(f"property {prop.name}:\n{err}") from None
             except Exception as err:
                 err.add_note(f"raised while checking the property {prop.name} on pin {name!r}")
                 raise
         if pin.expect is not None:
-            pin.expect(pin.case, output)
+            pin.expect(case, output)
     except HarnessError:
         raise
     except AssertionError as err:

@@ -188,7 +188,9 @@ def _diff_tensor(expected: Any, actual: Any, path: str, allow_device: bool):
     first = tuple(int(i) for i in where[0])
     e_val, a_val = e[first].item(), a[first].item()
     rows = sorted({int(w[0]) for w in where}) if expected.dim() >= 2 else []
-    columns = {r: sorted({int(w[-1]) for w in where if int(w[0]) == r}) for r in rows[:2]}
+    # a row's picture runs along dim 1 (a 3-D output's rows are drawn by position, not by the
+    # last axis): the columns to mark are those positions
+    columns = {r: sorted({int(w[1]) for w in where if int(w[0]) == r}) for r in rows[:2]}
     text = (f"values differ: first mismatch at {list(first)}: expected {e_val!r}, actual {a_val!r} "
             f"({int(differ.sum())} elements in {max(len(rows), 1)} row(s)); "
             f"shape {tuple(expected.shape)}, {expected.dtype}")
@@ -246,6 +248,8 @@ def _picture_row(td: Any, key: str, row: int, picture: Picture | None) -> str | 
     if not isinstance(td, TensorDictBase) or key not in td.keys() or td.is_non_tensor(key):
         return None
     tensor = td.get(key)
+    if not isinstance(tensor, torch.Tensor):  # a TensorDict inside the TensorDict: no picture
+        return None
     if tensor.is_nested or tensor.dim() < 2 or row >= tensor.shape[0]:
         return None
     width = tensor.shape[-1] if tensor.dim() == 2 else tensor.shape[1]

@@ -227,3 +227,216 @@ def test_a_shape_difference_draws_the_first_row_of_each() -> None:
     with pytest.raises(Mismatch) as info:
         assert_identical(torch.zeros(2, 3), torch.zeros(3, 3))
     assert str(info.value) == "output: shape differs: expected (2, 3), got (3, 3)"
+
+
+# ------------------------------------------------ each promise exactly (the harness's mutants)
+
+
+def _mismatch(expected, actual, **kwargs) -> Mismatch:
+    with pytest.raises(Mismatch) as info:
+        assert_identical(expected, actual, **kwargs)
+    return info.value
+
+
+def test_a_bare_mismatch_has_no_message_and_no_path() -> None:
+    bare = Mismatch()
+    assert str(bare) == "" and bare.path == "" and bare.field == ""
+
+
+def test_a_type_difference_names_both_kinds() -> None:
+    from tensordict import TensorDict
+
+    td = TensorDict({"a": torch.zeros(1)}, batch_size=[1])
+    t = torch.zeros(2, dtype=torch.int64)
+    cases = {
+        "tensor vs list": (t, [0, 0], "output: expected Tensor(strided (2,), torch.int64), "
+                                       "got list"),
+        "list vs tensor": ([0, 0], t, "output: expected list, got Tensor(strided (2,), "
+                                       "torch.int64)"),
+        "TensorDict vs list": (td, [1], "output: expected TensorDict, got list"),
+        "list vs TensorDict": ([1], td, "output: expected list, got TensorDict"),
+        "list vs tuple": ([1, 2], (1, 2), "output: expected list of 2, got tuple of 2"),
+        "list vs int": ([1], 1, "output: expected [1] (list), got 1 (int)"),
+        "dict vs int": ({"a": 1}, 1, "output: expected {'a': 1} (dict), got 1 (int)"),
+        "int vs dict": (1, {"a": 1}, "output: expected 1 (int), got {'a': 1} (dict)"),
+    }
+    for name, (expected, actual, message) in cases.items():
+        assert str(_mismatch(expected, actual)) == message, name
+
+
+def test_a_dense_tensor_against_a_sparse_one_is_a_layout_difference() -> None:
+    dense = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    found = _mismatch(dense, dense.to_sparse())
+    assert str(found).startswith("output: layout differs"), str(found)
+
+
+def test_nested_paths_name_the_key_inside_the_key() -> None:
+    from tensordict import TensorDict
+
+    def outer(value: float) -> TensorDict:
+        inner = TensorDict({"b": torch.tensor([[value]])}, batch_size=[1])
+        return TensorDict({"a": inner}, batch_size=[1])
+
+    assert _mismatch(outer(1.0), outer(2.0)).path == "a.b"
+    assert _mismatch([outer(1.0)], [outer(2.0)]).path == "[0].a.b"  # inside a list
+    assert _mismatch(_jagged([[1.0], [2.0]]), _jagged([[1.0, 2.0]])).path == ".offsets()"
+    found = _mismatch(_jagged([[1.0], [2.0, 3.0]]), _jagged([[1.0], [2.0, 4.0]]))
+    assert found.path == ".values()"
+
+
+def test_a_tensor_stored_as_a_non_tensor_entry_is_named() -> None:
+    from tensordict import NonTensorData, TensorDict
+
+    tensor = TensorDict({"a": torch.zeros(1)}, batch_size=[1])
+    other = TensorDict({"a": NonTensorData("text", batch_size=[1])}, batch_size=[1])
+    found = _mismatch(tensor, other)
+    assert str(found) == ("a: one side stores it as a non-tensor entry, the other as a tensor")
+    assert found.path == "a"
+
+
+def test_allow_device_ignores_nan_payloads_inside_every_container() -> None:
+    """Under `allow_device`, NaN payloads are the device's: equal at any depth."""
+    from tensordict import TensorDict
+
+    nan = torch.tensor([float("nan"), 1.0])
+    other = nan.clone()
+    other.view(torch.int32)[0] ^= 1  # another NaN payload
+    assert not torch.equal(nan.view(torch.int32), other.view(torch.int32))
+    for wrap in (lambda t: [t], lambda t: {"k": t},
+                 lambda t: TensorDict({"k": t[None]}, batch_size=[1]),
+                 lambda t: torch.nested.nested_tensor([t, t], layout=torch.jagged)):
+        assert_identical(wrap(nan), wrap(other), allow_device=True)
+        _mismatch(wrap(nan), wrap(other))  # without it, the payload differs
+
+
+def test_a_complex_mismatch_counts_elements_not_components() -> None:
+    expected = torch.zeros(2, 3, dtype=torch.complex64)
+    actual = expected.clone()
+    actual[1, 2] = 1 + 1j
+    message = str(_mismatch(expected, actual))
+    assert "first mismatch at [1, 2]" in message and "(1 elements in 1 row(s))" in message
+
+
+def test_a_one_dimensional_mismatch_has_no_rows() -> None:
+    message = str(_mismatch(torch.tensor([1, 2, 3, 4]), torch.tensor([1, 0, 3, 0])))
+    assert "(2 elements in 1 row(s))" in message and "row " not in message
+
+
+def test_at_most_two_rows_are_drawn() -> None:
+    message = str(_mismatch(torch.zeros(3, 2), torch.ones(3, 2)))
+    assert "(6 elements in 3 row(s))" in message
+    assert "row 0:" in message and "row 1:" in message and "row 2:" not in message
+
+
+def test_a_three_dimensional_mismatch_marks_the_position_along_the_row() -> None:
+    """A (batch, position, vocab) output is drawn one character per position: the mismatch at
+    position 2 (vocab entry 0) is marked there (it used to be marked at the vocab index)."""
+    from tensordict import TensorDict
+
+    expected = TensorDict({"logits": torch.zeros(1, 4, 3)}, batch_size=[1])
+    actual = expected.clone()
+    actual["logits"][0, 2, 0] = 1.0
+    message = str(_mismatch(expected, actual))
+    assert "  expected  ####\n  actual    ##x#\n" in message, message
+
+
+def test_the_zero_sign_count_counts_only_differing_zeros() -> None:
+    message = str(_mismatch(torch.tensor([0.0, 0.0, 0.0]), torch.tensor([-0.0, 0.0, 0.0])))
+    assert "differ only in the sign of zero (1 elements" in message
+
+
+def test_a_transposed_jagged_tensor_differs_in_its_ragged_dimension() -> None:
+    nested = torch.nested.nested_tensor([torch.zeros(2, 3), torch.zeros(1, 3)],
+                                        layout=torch.jagged)
+    assert str(_mismatch(nested, nested.transpose(1, 2))) == (
+        "output: jagged (ragged) dimension differs")
+
+
+def _td(tensor: torch.Tensor):
+    from tensordict import TensorDict
+
+    return TensorDict({"ids": tensor}, batch_size=[tensor.shape[0]])
+
+
+def test_a_row_without_a_picture_says_so() -> None:
+    message = str(_mismatch(torch.zeros(2, 2), torch.eye(2)))  # not a TensorDict: no picture
+    assert "row 0:\n  expected  (no picture)\n  actual    (no picture)\n" \
+           "  (# a column, x mismatch)" in message
+
+
+def test_a_row_past_the_width_is_drawn_too() -> None:
+    expected = torch.zeros(3, 2)
+    actual = expected.clone()
+    actual[2, 1] = 1.0
+    message = str(_mismatch(_td(expected), _td(actual)))
+    assert "row 2:\n  expected  ##\n  actual    #x\n" in message, message
+
+
+def test_a_jagged_three_dimensional_mismatch_has_no_picture() -> None:
+    def jagged(value: float) -> torch.Tensor:  # differs in the first rows of its values
+        return torch.nested.nested_tensor([torch.full((2, 3), value), torch.zeros(1, 3)],
+                                          layout=torch.jagged)
+
+    from tensordict import TensorDict
+
+    expected = TensorDict({"h": jagged(0.0)}, batch_size=[2])
+    actual = TensorDict({"h": jagged(1.0)}, batch_size=[2])
+    message = str(_mismatch(expected, actual))
+    assert "h.values(): values differ" in message
+    assert "  expected  (no picture)\n  actual    (no picture)\n" in message, message
+
+
+def test_an_output_of_no_rows_has_no_picture() -> None:
+    from tensordict import TensorDict
+
+    expected = TensorDict({"ids": torch.zeros(0, 2)}, batch_size=[0])
+    actual = TensorDict({"ids": torch.zeros(0, 3)}, batch_size=[0])
+    message = str(_mismatch(expected, actual))
+    assert "ids: shape differs: expected (0, 2), got (0, 3)" in message
+    assert "row 0:\n  expected  (no picture)\n  actual    (no picture)\n" in message, message
+
+
+def test_a_picture_is_used_only_where_it_fits_and_may_fail() -> None:
+    expected, actual = torch.zeros(3, 2), torch.zeros(3, 2)
+    actual[2, 0] = 1.0
+
+    def drawn(families):
+        return str(_mismatch(_td(expected), _td(actual), picture=lambda td: families))
+
+    assert "  expected  pr\n  actual    xr\n" in drawn({"ids": ["..", "..", "pr"]})
+    assert "  expected  ##\n" in drawn({"ids": ["..", ".."]})  # no picture of row 2
+    assert "  expected  ##\n" in drawn({"ids": ["..", "..", "ppp"]})  # another width
+
+    def broken(td):
+        raise RuntimeError("a broken output")
+
+    message = str(_mismatch(_td(expected), _td(actual), picture=broken))
+    assert "  expected  ##\n  actual    x#\n" in message
+
+
+def test_logprob_mismatches_say_exactly_what_and_where() -> None:
+    f32 = torch.float32
+    mask = torch.tensor([[1, 0, 0, 1]])
+    base = torch.tensor([[-1.0, 0.0, 0.0, -2.0]])
+
+    def message(expected, actual, m=mask) -> str:
+        with pytest.raises(Mismatch) as info:
+            assert_logprobs_close(expected, actual, m, f32)
+        return str(info.value)
+
+    assert message(base, base[:, :3]) == "logprob shapes differ: expected (1, 4), got (1, 3)"
+    assert message(base, base.double()) == (
+        "logprob dtypes differ: expected torch.float32, got torch.float64")
+    off = base.clone()
+    off[0, 2] = 0.5  # off the mask, after an on-mask value and an off-mask zero
+    assert message(off, base) == "expected is not exactly 0 off the mask at [0, 2]: 0.5"
+    assert message(base, off) == "actual is not exactly 0 off the mask at [0, 2]: 0.5"
+    nan = base.clone()
+    nan[0, 3] = float("nan")
+    assert message(base, nan) == "NaN/inf positions differ between expected and actual"
+    far = base.clone()
+    far[0, 0] += 1e-6  # within the tolerance
+    far[0, 3] += 0.5  # the largest difference, at [0, 3]
+    assert message(base, far) == (
+        "logprobs differ beyond the torch.float32 tolerance (max 1e-05, mean None): "
+        "max |Δ| = 0.5 at [0, 3] (expected -2, actual -1.5), mean |Δ| = 0.25")

@@ -185,16 +185,35 @@ def test_equivalents_are_matched_by_function_and_diff(monkeypatch) -> None:
 
 def test_every_documented_equivalent_names_a_real_function() -> None:
     """An equivalent entry whose function vanished would silently stop matching; an entry in
-    `harness/mutation/equivalents/<op>.py` must be about `impl/<op>.py` or `impl/kernels/<op>.py`."""
+    `harness/mutation/equivalents/<op>.py` must be about `impl/<op>.py` or
+    `impl/kernels/<op>.py`, and one in `harness/mutation/equivalents/harness.py` about a harness
+    module `--harness` mutates."""
+    mutated = set(driver.harness_files(list(driver.HARNESS_KILLERS)))
     for module in pkgutil.iter_modules(equivalents.__path__):
         entries = importlib.import_module(f"batchproof.mutation.equivalents.{module.name}").EQUIVALENT
-        paths = {f"impl/{module.name}.py", f"impl/kernels/{module.name}.py"}
-        assert all(known.path in paths for known in entries), module.name
+        if module.name == "harness":
+            paths = mutated
+        else:
+            paths = {f"impl/{module.name}.py", f"impl/kernels/{module.name}.py"}
+            assert (driver.REPO / f"impl/{module.name}.py").is_file(), module.name
+        assert entries and all(known.path in paths for known in entries), module.name
     for known in driver.equivalents():
         source = (driver.REPO / known.path).read_text()
         names = {driver.function_of(f"m.{name}__mutmut_1")
                  for name in driver.functions_touching(source, None)}
         assert known.function == "*" or known.function in names, known
+
+
+def test_every_harness_module_and_its_killers_exist() -> None:
+    """`--harness NAME` mutates `harness/NAME.py` with its killers as the only tests: a renamed
+    module or test file would make the run mutate nothing or select no test."""
+    for name, killers in driver.HARNESS_KILLERS.items():
+        (path,) = driver.harness_files([name])
+        assert (driver.REPO / path).is_file(), path
+        assert killers and all((driver.REPO / k).is_file() for k in killers), name
+        config = driver.mutmut_config([path], None, [name])
+        assert config["only_mutate"] == [driver.installed_path(path)]
+        assert config["pytest_add_cli_args_test_selection"] == killers
 
 
 def test_cli_entry_point_parses() -> None:

@@ -1,10 +1,11 @@
 """Surviving mutmut mutants that no CPU test can kill, documented per op.
 
 `harness/mutation/equivalents/<op>.py` holds `EQUIVALENT`, the entries for `impl/<op>.py` and
-`impl/kernels/<op>.py`: each names the file, the function (`*`: any), regular expressions for
-the diff's removed and added lines, and the reason no test can tell the mutant from the
-original (mirrored in docs/mutation.md). The mutmut driver treats a survivor as equivalent only
-when an entry matches it; any other survivor fails the run.
+`impl/kernels/<op>.py`; `harness/mutation/equivalents/harness.py` those for the harness modules that
+`batchproof mutate --mutmut --harness` mutates. Each entry names the file, the function (`*`:
+any), regular expressions for the diff's removed and added lines, and the reason no test can
+tell the mutant from the original (mirrored in docs/mutation.md). The mutmut driver treats a
+survivor as equivalent only when an entry matches it; any other survivor fails the run.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""mutmut survivors of batchproof's own harness modules (`batchproof mutate --mutmut --harness
+MODULE`) that no test can kill, documented like impl's (see the package docstring).
+
+Each entry is about one `harness/<module>.py` that `HARNESS_KILLERS` names
+(tests/test_mutmut_driver.py checks it). The reasons say why the mutant behaves as the original on
+every input the harness can meet: a value only read where the mutant agrees, a branch its callers
+never reach with the other operand, a tolerance no difference of two floats can equal.
+"""
+
+from batchproof.mutation.equivalents import Equivalent
+
+COMPARE = "harness/compare.py"
+ADAPTERS = "harness/adapters/__init__.py"
+CHECKS = "harness/checks.py"
+ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
+                 "acts as) 'cpu', the device every CPU test runs on; a run on CUDA "
+                 "(tests/test_registry.py::test_impl_on_cuda, gpu marker) passes another")
+NO_ROWS_THERE = ("`_row_report` draws a row only for a tensor difference under a key both "
+                 "TensorDicts hold as tensors (a key-set, batch-size or non-tensor difference "
+                 "returns with no rows), so here the key is present and holds a tensor")
+
+EQUIVALENT: tuple[Equivalent, ...] = (
+    # ------------------------------------------------------------------ harness/compare.py
+    Equivalent(COMPARE, "_diff_tensor",
+               r'_diff_tensor\(expected\.offsets\(\), actual\.offsets\(\), f"\{path\}\.offsets'
+               r'\(\)", allow_device\)',
+               r'f"\{path\}\.offsets\(\)", None\)',
+               "CPU-equivalent: the offsets are int64 (allow_device's NaN rule never applies to "
+               "them), so None acts as False except on a jagged output on another device than "
+               "its oracle (allow_device=True, a CUDA candidate): not run on this machine"),
+    Equivalent(COMPARE, "_diff_tensor",
+               r"for w in where if int\(w\[0\]\) == r\}\) for r in rows\[:2\]\}",
+               r"for r in rows\[:3\]\}",
+               "the columns of a third mismatching row are never read: assert_identical draws "
+               "rows[:2] only (tests/test_compare.py::test_at_most_two_rows_are_drawn)"),
+    Equivalent(COMPARE, "_diff_tensordict",
+               r"^(e|a)_val = (expected|actual)\.get_non_tensor\(key\) if (e|a)_nt else",
+               r"if \((e|a)_nt\) or True else",
+               "TensorDict.get_non_tensor returns a tensor or TensorDict entry itself (the same "
+               "object as get), so asking it for every key reads the same values"),
+    Equivalent(COMPARE, "_picture_row",
+               r"key not in td\.keys\(\) or td\.is_non_tensor\(key\):$",
+               r"key not in td\.keys\(\) and td\.is_non_tensor\(key\):$", NO_ROWS_THERE),
+    Equivalent(COMPARE, "_picture_row",
+               r"^width = tensor\.shape\[-1\] if tensor\.dim\(\) == 2 else tensor\.shape\[1\]$",
+               r"^width = tensor\.shape\[(\+1|-1)\] if \(?tensor\.dim\(\) == 2\)?( and False)? "
+               r"else tensor\.shape\[1\]$",
+               "for a 2-D tensor shape[-1] is shape[1] (= shape[+1]): the same width whichever "
+               "branch reads it"),
+    Equivalent(COMPARE, "_row_report",
+               r'^key = path\.split\("\."\)\[0\]\.split\("\["\)\[0\]$',
+               r'^key = path\.split\("(XX\.XX|\.)"\)\[0\]\.split\("(XX\[XX|\[)"\)\[0\]$',
+               "the key only picks the tensor to picture: a path with a '.' is under a nested "
+               "TensorDict or is a jagged tensor's .offsets()/.values(), and one with a '[' is an "
+               "element of a list or tuple output; each has no picture whether the key is cut "
+               "there (a TensorDict, a nested tensor, no TensorDict) or not (no such key)"),
+    Equivalent(COMPARE, "assert_logprobs_close",
+               r"if max_abs > max_tol or \(mean_tol is not None and mean_abs > mean_tol\):$",
+               r"if max_abs (>= max_tol or \(mean_tol is not None and mean_abs > mean_tol|"
+               r"> max_tol or \(mean_tol is not None and mean_abs >= mean_tol)\):$",
+               "> and >= differ only at |Δ| exactly equal to a tolerance (1e-5, 2e-2, 2e-3), "
+               "none of which is a binary fraction: a difference of two float32/bf16/fp16 "
+               "logprobs (computed exactly in float64) has too few significant bits to equal "
+               "one, and no drawn case's mean lands on one"),
+
+    # ------------------------------------------------------------ harness/adapters/__init__.py
+    Equivalent(ADAPTERS, "KnownDivergence.describes",
+               r"return issubclass\(shown\.exception, self\.raises\) if self\.raises else False",
+               r"if \(self\.raises\) or True else False",
+               "with no `raises` the mutant asks issubclass(exception, ()), which is False: the "
+               "same answer as the original's else branch"),
+    Equivalent(ADAPTERS, "_guarded",
+               r'package = adapter\.target\.partition\(":"\)\[0\]',
+               r'package = adapter\.target\.rpartition\(":"\)\[0\]',
+               "a target is `module:function` with one colon (a second one makes load_target "
+               "fail before any candidate is built: tests/test_adapter_triage.py::"
+               "test_load_target_imports_the_function_or_says_why_not), and with one colon "
+               "partition and rpartition agree"),
+    Equivalent(ADAPTERS, "_raised_in",
+               r'name = trace\.tb_frame\.f_globals\.get\("__name__", ""\)',
+               r'name = trace\.tb_frame\.f_globals\.get\("__name__", "XXXX"\)',
+               "a frame whose globals have no __name__ (exec'd code) is then named 'XXXX' instead "
+               "of '': it still belongs to no framework package (none is named XXXX, and a "
+               "package is never '': a target needs a module before its colon)"),
+    Equivalent(ADAPTERS, "load_adapter_file",
+               r"name = f\"batchproof_adapter_file_\{abs\(hash\(str\(file\.resolve\(\)\)\)\)\}\"",
+               r"hash\((str\()?None\)?\)",
+               "the module name only labels the module object (it is never put in sys.modules), "
+               "so one name for every file registers the same adapters from each"),
+
+    # ------------------------------------------------------------------ harness/checks.py
+    Equivalent(CHECKS, "*", r"\b(_search|check_equivalence|check_pin)\(.*\bdevice\b",
+               r"^(body = lambda case: check_equivalence\(info, case, call, \)|"
+               r"check_equivalence\(info, case, candidate, \))$", ON_CPU_DEVICE),
+    Equivalent(CHECKS, "run_check", r"check_pin\(info, pin\.name, call, device, ",
+               r"check_pin\(info, pin\.name, call, messages=", ON_CPU_DEVICE),
+    Equivalent(CHECKS, "*", r"_call_on\(info, (case|formed), (formed|candidate), device\)",
+               r"_call_on\(None, ", "CPU-equivalent: _call_on reads the record only to move a "
+               "case to another device; on the CPU it calls the candidate without it"),
+    Equivalent(CHECKS, "check_error_parity",
+               r'^case = bad_input_on\(info, bad\.case, device\) if device != "cpu" else bad\.case$',
+               r'^case = bad_input_on\((None, bad\.case, device|info, None, device|info, bad\.case, '
+               r'None|bad\.case, device|info, device|info, bad\.case, )\) if device != "cpu"|'
+               r'if \(device != "cpu"\) and False|if device != "(XXcpuXX|CPU)"|'
+               r'if \(device != "cpu"\) or True|if device == "cpu"',
+               "CPU-equivalent: on the CPU the bad case is already where the reference saw it; "
+               "bad_input_on(info, case, 'cpu') moves nothing and passes device='cpu' only to a "
+               "function that takes it, whose default is the CPU (bad_input_on itself is killed "
+               "by tests/test_checks.py::test_a_bad_input_moves_to_the_device_with_its_defect_"
+               "and_device_argument; the device branch runs on CUDA in tests/test_registry.py)"),
+    Equivalent(CHECKS, "_as_on_cpu", r'^if device == "cpu":$', r'^if device == "(XXcpuXX|CPU)":$',
+               "on the CPU the substitution that follows renames 'cpu' to 'cpu': the message is "
+               "returned unchanged either way"),
+    Equivalent(CHECKS, "_headline",
+               r'split\("\\n", 1\)\[0\]\.split\(":", 2\)\[:2\]',
+               r'split\("\\n", ?[12]?\)\[0\]\.split\(":", ?[23]?\)\[:2\]\)$',
+               "the first line, and its first two ':'-fields, are the same whether the string is "
+               "split once, twice or fully there"),
+    Equivalent(CHECKS, "_run_given",
+               r'and not hasattr\(failure, "exceptions"\):$',
+               r'and not hasattr\((None, "exceptions"|failure, "XXexceptionsXX"|failure, '
+               r'"EXCEPTIONS")\):$',
+               "a group of failures (report_multiple_bugs) tried without a keyword fails with one "
+               "exception, never a group: _same_failure is False for each trial, nothing is "
+               "dropped and no note is added, as when the group is skipped"),
+    Equivalent(CHECKS, "_run_given",
+               r"version, blob\.encode\(\) if isinstance\(blob, str\) else blob\)\(wrapped\)",
+               r"version, blob\.encode\(\) if \(isinstance\(blob, str\)\) and False else blob\)",
+               "hypothesis.reproduce_failure decodes a str blob as it does its bytes (tests/"
+               "test_checks.py::test_a_failures_blob_replays_it_and_a_fixed_one_says_so replays "
+               "both)"),
+    Equivalent(CHECKS, "_run_given",
+               r"settings = hypothesis\.settings\(settings or hypothesis\.settings\(\),",
+               r"^settings = (None|hypothesis\.settings\(None,|hypothesis\.settings\(settings "
+               r"and hypothesis\.settings\(\),|hypothesis\.settings\(verbosity=hypothesis\."
+               r"Verbosity\.quiet\))$",
+               "a replay runs the one example its blob encodes, quietly either way: of the "
+               "check's settings it could use only the verbosity, which the original forces to "
+               "quiet (tests/test_checks.py::test_a_verbose_replay_is_still_quiet kills the "
+               "mutants that keep a verbose one)"),
+    Equivalent(CHECKS, "bad_input_on", r"^takes_device = False$", r"^takes_device = None$",
+               "None and False are both false: no device argument is passed either way"),
+)
