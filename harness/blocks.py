@@ -219,6 +219,25 @@ def two_defects(draw, bad, valid, reference) -> Any:
     return Case()
 
 
+def one_or_two_defects(bad, valid, reference) -> st.SearchStrategy:
+    """A record's invalid inputs: one defect (`bad()`, its own valid calls) or two on different
+    arguments of one call `valid` draws (`two_defects`), the reference's first error deciding."""
+    return st.one_of(bad(), two_defects(lambda call: bad(valid=call), valid, reference))
+
+
+def with_argument(case, names: Sequence[str], name: str, value: Any):
+    """`case` with its argument `name` set to `value`: in place where the call passes it by
+    position (`names`: the positional parameters, in order), by keyword otherwise; every other
+    argument kept as it is (by identity, as `two_defects` tells the changed ones)."""
+    from batchproof.registry import Case
+
+    index = list(names).index(name) if name in names else len(case.args)
+    if index < len(case.args):
+        return Case((*case.args[:index], value, *case.args[index + 1:]), dict(case.kwargs),
+                    case.label)
+    return Case(case.args, {**case.kwargs, name: value}, case.label)
+
+
 def _merged(base, one, two):
     """`base` with the arguments `one` changed and those `two` changed (by identity); None when
     both change the same one, or change the number of positional arguments."""
@@ -244,7 +263,7 @@ def _merged(base, one, two):
                 kwargs[key] = case.kwargs[key]
             else:
                 kwargs.pop(key, None)
-    if not changed and args == list(base.args):
+    if not changed and all(a is b for a, b in zip(args, base.args)):  # `==` of tensors: no
         return None
     touched = sum(x is not b for b, x in zip(base.args, one.args)) + \
         sum(y is not b for b, y in zip(base.args, two.args))
