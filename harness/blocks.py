@@ -15,6 +15,7 @@ needs randomness it draws a seed and builds a `torch.Generator` from it (`genera
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -198,16 +199,21 @@ def two_defects(draw, bad, valid, reference) -> Any:
     """An invalid call with two independent defects, on two different arguments of one valid
     call, and the exception the reference raises for it: its first check decides (the
     precedence an implementation must share). `bad(valid)` draws one-defect `BadCase`s built on
-    the calls `valid` draws (e.g. `bad_rl_batch_cases(valid=...)`); compositions where both
-    defects touch the same argument, or where the reference raises neither defect's type (one
-    defect hid the other), are not drawn."""
+    the calls `valid` draws (e.g. `bad_rl_batch_cases(valid=...)`); the second defect is drawn
+    again (up to 3 times) while it touches an argument the first one does; compositions where
+    both still do, or where the reference raises neither defect's type (one defect hid the
+    other), are not drawn."""
     from hypothesis import assume
 
     from batchproof.registry import BadCase, Case
 
     base = draw(valid)
-    first, second = draw(bad(st.just(base))), draw(bad(st.just(base)))
-    merged = _merged(base, first.case, second.case)
+    first = draw(bad(st.just(base)))
+    for _ in range(3):  # a second defect on another argument: a few tries, not a filter
+        second = draw(bad(st.just(base)))
+        merged = _merged(base, first.case, second.case)
+        if merged is not None:
+            break
     assume(merged is not None)
     try:
         merged.call(reference)
@@ -241,8 +247,6 @@ def with_argument(case, names: Sequence[str], name: str, value: Any):
 def _merged(base, one, two):
     """`base` with the arguments `one` changed and those `two` changed (by identity); None when
     both change the same one, or change the number of positional arguments."""
-    from batchproof.registry import Case
-
     if not len(base.args) == len(one.args) == len(two.args):
         return None
     args = []
@@ -269,4 +273,4 @@ def _merged(base, one, two):
         sum(y is not b for b, y in zip(base.args, two.args))
     if touched + len(changed) < 2:
         return None
-    return Case(tuple(args), kwargs, base.label)
+    return dataclasses.replace(base, args=tuple(args), kwargs=kwargs)  # a ModelCase keeps its model

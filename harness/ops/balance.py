@@ -334,7 +334,8 @@ def bad_micro_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None)
     # the defect before the valid call: drawn after it, Hypothesis favours the first kind
     kind = draw(st.sampled_from(["over_budget", "group_over_budget", "not_divisible",
                                  "too_many", "zero_length", "float_length", "budget_zero",
-                                 "empty", "min_count_zero", "first_fault_wins", "lengths_type"]))
+                                 "empty", "min_count_zero", "first_fault_wins", "lengths_type",
+                                 "budget_type"]))
     good = draw(valid if valid is not None else micro_batch_cases())
     lengths, budget = good.args
     kw = dict(good.kwargs) if valid is not None else {}
@@ -366,6 +367,9 @@ def bad_micro_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None)
                        "lengths[0] = 0 comes before the float")
     if kind == "budget_zero":
         return BadCase(Case((lengths, 0), kw), ValueError, "max_tokens < 1")
+    if kind == "budget_type":
+        return BadCase(Case((lengths, draw(st.sampled_from([8.0, True, "8", None]))), kw),
+                       TypeError, "max_tokens not an int")
     if kind == "empty":
         return BadCase(Case(([], budget), kw), ValueError, "no samples")
     return BadCase(Case((lengths, budget), kw | {"min_count": 0}), ValueError, "min_count < 1")
@@ -734,7 +738,8 @@ KARMARKAR_KARP = register(OpInfo(
     op="balance",
     function="karmarkar_karp",
     valid=partition_cases(),
-    invalid=hs.one_or_two_defects(bad_partition_cases, partition_cases(), _reference.karmarkar_karp),
+    invalid=hs.one_or_two_defects(
+        bad_partition_cases, partition_cases(), _reference.karmarkar_karp),
     compare=assert_identical,
     properties=[
         Property.of(prop_partition),
@@ -753,7 +758,8 @@ BALANCED_PARTITIONS = register(OpInfo(
     op="balance",
     function="balanced_partitions",
     valid=partition_cases(),
-    invalid=hs.one_or_two_defects(bad_partition_cases, partition_cases(), _reference.balanced_partitions),
+    invalid=hs.one_or_two_defects(
+        bad_partition_cases, partition_cases(), _reference.balanced_partitions),
     compare=assert_identical,
     properties=[
         Property.of(prop_partition),
@@ -771,7 +777,8 @@ MICRO_BATCHES = register(OpInfo(
     op="balance",
     function="micro_batches",
     valid=micro_batch_cases(),
-    invalid=hs.one_or_two_defects(bad_micro_batch_cases, micro_batch_cases(), _reference.micro_batches),
+    invalid=hs.one_or_two_defects(
+        bad_micro_batch_cases, micro_batch_cases(), _reference.micro_batches),
     compare=assert_identical,
     properties=[
         Property.of(prop_budget),
@@ -817,7 +824,8 @@ PAD_FOR_SEQUENCE_PARALLEL = register(OpInfo(
     op="balance",
     function="pad_for_sequence_parallel",
     valid=sequence_parallel_cases(),
-    invalid=hs.one_or_two_defects(bad_sequence_parallel_cases, sequence_parallel_cases(), _reference.pad_for_sequence_parallel),
+    invalid=hs.one_or_two_defects(
+        bad_sequence_parallel_cases, sequence_parallel_cases(), _reference.pad_for_sequence_parallel),
     compare=assert_identical,
     properties=[
         Property.of(prop_length_multiple),

@@ -1327,7 +1327,7 @@ COLLATE_SFT = register(OpInfo(
     op="sft",
     function="collate_sft",
     valid=collate_valid_cases(),
-    invalid=hs.one_or_two_defects(bad_collate_cases, collate_cases(), oracle.collate_sft),  # the first error decides
+    invalid=hs.one_or_two_defects(bad_collate_cases, collate_cases(), oracle.collate_sft),
     compare=assert_identical,
     properties=[
         Property("shapes_and_dtypes", prop_collate_shapes, prop_collate_shapes.__doc__),
@@ -1357,7 +1357,7 @@ ALIGN_SIZE = register(OpInfo(
     op="sft",
     function="align_size",
     valid=align_cases(),
-    invalid=hs.one_or_two_defects(bad_align_cases, align_cases(), oracle.align_size),  # the first error decides
+    invalid=hs.one_or_two_defects(bad_align_cases, align_cases(), oracle.align_size),
     compare=assert_identical,
     properties=[
         Property("divisible", prop_align_divisible, prop_align_divisible.__doc__),
@@ -1372,7 +1372,7 @@ FFD_BINS = register(OpInfo(
     op="sft",
     function="ffd_bins",
     valid=ffd_cases(),
-    invalid=hs.one_or_two_defects(bad_ffd_cases, ffd_cases(), oracle.ffd_bins),  # the first error decides
+    invalid=hs.one_or_two_defects(bad_ffd_cases, ffd_cases(), oracle.ffd_bins),
     compare=assert_identical,
     properties=[
         Property("partition", prop_ffd_partition, prop_ffd_partition.__doc__),
@@ -1390,7 +1390,7 @@ PACK_SFT = register(OpInfo(
     op="sft",
     function="pack_sft",
     valid=pack_cases(),
-    invalid=hs.one_or_two_defects(bad_pack_cases, pack_cases(), oracle.pack_sft),  # the first error decides
+    invalid=hs.one_or_two_defects(bad_pack_cases, pack_cases(), oracle.pack_sft),
     compare=assert_identical,
     properties=[
         Property("shapes_and_dtypes", prop_pack_shapes, prop_pack_shapes.__doc__),
