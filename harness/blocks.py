@@ -200,7 +200,7 @@ def two_defects(draw, bad, valid, reference) -> Any:
     call, and the exception the reference raises for it: its first check decides (the
     precedence an implementation must share). `bad(valid)` draws one-defect `BadCase`s built on
     the calls `valid` draws (e.g. `bad_rl_batch_cases(valid=...)`); the second defect is drawn
-    again (up to 3 times) while it touches an argument the first one does; compositions where
+    again (up to 8 times) while it touches an argument the first one does; compositions where
     both still do, or where the reference raises neither defect's type (one defect hid the
     other), are not drawn."""
     from hypothesis import assume
@@ -209,7 +209,7 @@ def two_defects(draw, bad, valid, reference) -> Any:
 
     base = draw(valid)
     first = draw(bad(st.just(base)))
-    for _ in range(3):  # a second defect on another argument: a few tries, not a filter
+    for _ in range(8):  # a second defect on another argument: a few tries, not a filter
         second = draw(bad(st.just(base)))
         merged = _merged(base, first.case, second.case)
         if merged is not None:

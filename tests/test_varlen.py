@@ -1019,14 +1019,16 @@ def _mask_first(x, attention_mask):
     return ref.unpad(x, attention_mask)
 
 
-def _indices_before_sizes(values, indices, batch, seqlen):
-    """repad checking repeated indices before batch and seqlen."""
+def _indices_first(values, indices, batch, seqlen):
+    """repad validating indices (type, dtype, rank, repeats) before values, batch and seqlen."""
     from batchproof.reference import varlen as ref
 
-    if isinstance(values, torch.Tensor) and isinstance(indices, torch.Tensor) \
-            and values.dim() >= 1 and indices.dim() == 1 and len(indices) == len(values) \
-            and len(set(indices.tolist())) < len(indices):
-        raise ValueError("repeated index")
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError("indices must be a tensor")
+    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError("indices must hold integers")
+    if indices.dim() != 1 or len(set(indices.tolist())) < len(indices):
+        raise ValueError("indices must be 1-D, without repeats")
     return ref.repad(values, indices, batch, seqlen)
 
 
@@ -1050,7 +1052,7 @@ def _samples_first(model, prompts, responses, **kwargs):
     ("varlen.packed_segments", "bad_segment_cases", _start_first),
     ("varlen.unpack_response_logprobs", "bad_unpack_cases", _width_first),
     ("varlen.unpad", "bad_unpad_cases", _mask_first),
-    ("varlen.repad", "bad_repad_cases", _indices_before_sizes),
+    ("varlen.repad", "bad_repad_cases", _indices_first),
     ("varlen.response_logprobs", "bad_logprob_cases", _samples_first),
 ], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
 def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
