@@ -286,17 +286,31 @@ def _row_before_options(padded, **kwargs):
     return ref.shard(padded, **kwargs)
 
 
+def _count_first_layout_last(outputs, cu_seqlens, cu_seqlens_padded, **kwargs):
+    """unshard checking the outputs' token count against cu_seqlens_padded before the
+    boundaries, and the layout after everything else (the reference: layout, outputs,
+    boundaries, count)."""
+    from batchproof.reference import cp as ref
+
+    parts = ref._rank_outputs(outputs)
+    if len(parts) * parts[0].shape[0] != int(cu_seqlens_padded[-1]):
+        raise ValueError("outputs do not hold cu_seqlens_padded[-1] tokens")
+    ref.unshard(outputs, cu_seqlens, cu_seqlens_padded)
+    return ref.unshard(outputs, cu_seqlens, cu_seqlens_padded, **kwargs)
+
+
 @pytest.mark.parametrize("name, bad, candidate", [
     ("cp.pad_for_cp", "bad_pad_cases", _options_last),
+    ("cp.unshard", "bad_unshard_cases", _count_first_layout_last),
     ("cp.shard", "bad_shard_cases", _row_before_options),
     ("cp.shift_labels", "bad_shift_cases", _ignore_index_last),
 ], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
 def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
         name, bad, candidate) -> None:
-    """pad_for_cp's, shift_labels' and shard's invalid inputs include two defects on
-    different arguments (issue 32): a validation order other than the reference's passes
-    every one-defect input and fails. (shard_bshd, unshard and flatten_micro_batch: one
-    defect, not yet extended.)"""
+    """pad_for_cp's, shift_labels', shard's and unshard's invalid inputs include two defects
+    on different arguments (issue 32): a validation order other than the reference's passes
+    every one-defect input and fails. (shard_bshd and flatten_micro_batch: one defect, not
+    yet extended.)"""
     from two_defects import assert_first_error_decides
 
     from batchproof.ops import cp as records

@@ -1367,15 +1367,18 @@ UNSHARD_DEFECTS = ["layout_type", "not_tensors", "rank_not_a_tensor", "no_rank",
 
 
 @st.composite
-def bad_unshard_cases(draw) -> BadCase:
+def bad_unshard_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `unshard_cases()`); `zigzag_multiple`
+    replaces the whole call, and `layout_type` alone drops the other keyword arguments."""
     kind = draw(st.sampled_from(UNSHARD_DEFECTS))
-    good = draw(unshard_cases())
+    good = draw(valid if valid is not None else unshard_cases())
     outputs, cu, cu_padded = good.args
     stacked = outputs if isinstance(outputs, torch.Tensor) else torch.stack(list(outputs))
     cu_list = cu.tolist() if isinstance(cu, torch.Tensor) else list(cu)
     padded_list = cu_padded.tolist() if isinstance(cu_padded, torch.Tensor) else list(cu_padded)
     if kind == "layout_type":
-        return _bad(good.args, {"layout": None}, TypeError, "layout None")
+        return _bad(good.args, {**(good.kwargs if valid is not None else {}), "layout": None},
+                    TypeError, "layout None")
     if kind == "not_tensors":
         return _bad((stacked.tolist(), cu, cu_padded), good.kwargs, TypeError, "nested lists")
     if kind == "rank_not_a_tensor":
@@ -1406,7 +1409,7 @@ def bad_unshard_cases(draw) -> BadCase:
                 good.kwargs, ValueError, "outputs one token per rank too many")
 
 
-UNSHARD.invalid = bad_unshard_cases()
+UNSHARD.invalid = hs.one_or_two_defects(bad_unshard_cases, unshard_cases(), _reference.unshard)
 
 # --------------------------------------------------------------------------- flatten
 
