@@ -15,6 +15,7 @@ needs randomness it draws a seed and builds a `torch.Generator` from it (`genera
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -198,16 +199,21 @@ def two_defects(draw, bad, valid, reference) -> Any:
     """An invalid call with two independent defects, on two different arguments of one valid
     call, and the exception the reference raises for it: its first check decides (the
     precedence an implementation must share). `bad(valid)` draws one-defect `BadCase`s built on
-    the calls `valid` draws (e.g. `bad_rl_batch_cases(valid=...)`); compositions where both
-    defects touch the same argument, or where the reference raises neither defect's type (one
-    defect hid the other), are not drawn."""
+    the calls `valid` draws (e.g. `bad_rl_batch_cases(valid=...)`); the second defect is drawn
+    again (up to 8 times) while it touches an argument the first one does; compositions where
+    both still do, or where the reference raises neither defect's type (one defect hid the
+    other), are not drawn."""
     from hypothesis import assume
 
     from batchproof.registry import BadCase, Case
 
     base = draw(valid)
-    first, second = draw(bad(st.just(base))), draw(bad(st.just(base)))
-    merged = _merged(base, first.case, second.case)
+    first = draw(bad(st.just(base)))
+    for _ in range(8):  # a second defect on another argument: a few tries, not a filter
+        second = draw(bad(st.just(base)))
+        merged = _merged(base, first.case, second.case)
+        if merged is not None:
+            break
     assume(merged is not None)
     try:
         merged.call(reference)
@@ -219,11 +225,28 @@ def two_defects(draw, bad, valid, reference) -> Any:
     return Case()
 
 
+def one_or_two_defects(bad, valid, reference) -> st.SearchStrategy:
+    """A record's invalid inputs: one defect (`bad()`, its own valid calls) or two on different
+    arguments of one call `valid` draws (`two_defects`), the reference's first error deciding."""
+    return st.one_of(bad(), two_defects(lambda call: bad(valid=call), valid, reference))
+
+
+def with_argument(case, names: Sequence[str], name: str, value: Any):
+    """`case` with its argument `name` set to `value`: in place where the call passes it by
+    position (`names`: the positional parameters, in order), by keyword otherwise; every other
+    argument kept as it is (by identity, as `two_defects` tells the changed ones)."""
+    from batchproof.registry import Case
+
+    index = list(names).index(name) if name in names else len(case.args)
+    if index < len(case.args):
+        return Case((*case.args[:index], value, *case.args[index + 1:]), dict(case.kwargs),
+                    case.label)
+    return Case(case.args, {**case.kwargs, name: value}, case.label)
+
+
 def _merged(base, one, two):
     """`base` with the arguments `one` changed and those `two` changed (by identity); None when
     both change the same one, or change the number of positional arguments."""
-    from batchproof.registry import Case
-
     if not len(base.args) == len(one.args) == len(two.args):
         return None
     args = []
@@ -244,10 +267,10 @@ def _merged(base, one, two):
                 kwargs[key] = case.kwargs[key]
             else:
                 kwargs.pop(key, None)
-    if not changed and args == list(base.args):
+    if not changed and all(a is b for a, b in zip(args, base.args)):  # `==` of tensors: no
         return None
     touched = sum(x is not b for b, x in zip(base.args, one.args)) + \
         sum(y is not b for b, y in zip(base.args, two.args))
     if touched + len(changed) < 2:
         return None
-    return Case(tuple(args), kwargs, base.label)
+    return dataclasses.replace(base, args=tuple(args), kwargs=kwargs)  # a ModelCase keeps its model

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from batchproof import adapters, registry
 from batchproof.adapters import Adapter, Call, KnownDivergence, PredicateError
 from batchproof.adapters.runner import check_adapter, exit_code
+from batchproof.ops.balance import bad_partition_cases
 from batchproof.reference.balance import karmarkar_karp
 from batchproof.registry import BadCase, Case
 
@@ -100,6 +101,12 @@ def test_call_reads_arguments_by_name_and_never_raises() -> None:
 # --------------------------------------------------------------------------- our failures
 
 
+# The karmarkar_karp stand-ins check k > n first: with a second defect on the values that
+# precedence diverges on its own (issue 32's two-defect inputs), which is not what these tests
+# are about, so they draw one defect per input.
+ONE_DEFECT = bad_partition_cases()
+
+
 def _verl_like(values, k, *, equal_size=False):
     assert len(values) >= k, "number of items < k_partitions"
     return karmarkar_karp(values, k, equal_size=equal_size)
@@ -114,7 +121,8 @@ STAND_IN = Adapter(
     name="stand_in.predicates", framework="stand_in", record="balance.karmarkar_karp",
     target="tests.test_adapter_predicates:_verl_like", wrap=lambda fn: fn, forms=("lists",),
     known=(KnownDivergence("long", _raises_on_long_values, kind="errors",
-                           raises=AssertionError, doc="a planted predicate that raises"),))
+                           raises=AssertionError, doc="a planted predicate that raises"),),
+    invalid=ONE_DEFECT)
 
 
 def test_a_raising_predicate_is_batchproofs_failure_not_a_divergence() -> None:
@@ -244,7 +252,8 @@ SHOWS = {
 def test_a_known_divergence_confirms_only_what_it_says(how: str) -> None:
     record, known, showing, otherwise = SHOWS[how]
     adapter = Adapter(name=f"stand_in.{how}", framework="stand_in", record=record,
-                      target="m:f", wrap=lambda fn: fn, forms=("lists",), known=(known,))
+                      target="m:f", wrap=lambda fn: fn, forms=("lists",), known=(known,),
+                      invalid=ONE_DEFECT if record == "balance.karmarkar_karp" else None)
     checks = ["errors"] if known.kind == "errors" else ["equivalence"]
     run = dict(checks=checks, max_examples=40, derandomize=True, replay_database=False)
     confirmed = check_adapter(adapter, showing, **run)

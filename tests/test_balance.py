@@ -292,3 +292,36 @@ def test_micro_batches_a_length_or_group_at_the_budget_fits() -> None:
     mine, theirs = _same_error(lambda m: m.micro_batches([20, 15, 25, 26], 35, group_size=2))
     assert str(mine) == str(theirs)
     assert str(theirs).startswith("group 1 (samples 2..3) holds 51 tokens")
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _checks_first(fn, position: int, name: str):
+    """`fn` checking its positional argument `position` (a positive int, `name`) before the
+    others: the reference's exception on every one-defect input."""
+    def call(*args, **kwargs):
+        ref._positive_int(args[position], name)
+        return fn(*args, **kwargs)
+    return call
+
+
+@pytest.mark.parametrize("name, bad, candidate", [
+    ("balance.karmarkar_karp", "bad_partition_cases", _checks_first(ref.karmarkar_karp, 1, "k")),
+    ("balance.balanced_partitions", "bad_partition_cases",
+     _checks_first(ref.balanced_partitions, 1, "k")),
+    ("balance.micro_batches", "bad_micro_batch_cases",
+     _checks_first(ref.micro_batches, 1, "max_tokens")),
+    ("balance.ulysses_pad", "bad_ulysses_cases", _checks_first(ref.ulysses_pad, 1, "sp_size")),
+    ("balance.pad_for_sequence_parallel", "bad_sequence_parallel_cases",
+     _checks_first(ref.pad_for_sequence_parallel, 1, "sp_size")),
+], ids=lambda v: v.split(".")[-1] if isinstance(v, str) else "")
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
+        name, bad, candidate) -> None:
+    """Each record's invalid inputs include two defects on different arguments (issue 32): a
+    validation order other than the reference's passes every one-defect input and fails."""
+    from two_defects import assert_first_error_decides
+
+    from batchproof.ops import balance as records
+
+    assert_first_error_decides(name, getattr(records, bad)(), candidate)

@@ -253,3 +253,66 @@ def test_the_kernels_across_several_programs_per_sequence(record, monkeypatch) -
                                    derandomize=True)
     with placements.placed("triton"):
         run_check(registry.get(record), "equivalence", settings=settings)
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _options_last(input_ids, cu_seqlens, **kwargs):
+    """pad_for_cp validating the packed row and its loss mask (with cp_size 1 and the default
+    ids) before cp_size, pad_token_id and ignore_index (the reference checks those first)."""
+    from batchproof.reference import cp as ref
+
+    ref.pad_for_cp(input_ids, cu_seqlens, cp_size=1, loss_mask=kwargs.get("loss_mask"))
+    return ref.pad_for_cp(input_ids, cu_seqlens, **kwargs)
+
+
+def _ignore_index_last(input_ids, cu_seqlens, **kwargs):
+    """shift_labels validating every other argument (the default ignore_index) before
+    ignore_index (the reference checks it first)."""
+    from batchproof.reference import cp as ref
+
+    ref.shift_labels(input_ids, cu_seqlens,
+                     **{k: v for k, v in kwargs.items() if k != "ignore_index"})
+    return ref.shift_labels(input_ids, cu_seqlens, **kwargs)
+
+
+def _row_before_options(padded, **kwargs):
+    """shard validating the padded row (sharded for cp 1) before cp_size, layout and
+    cp_rank (the reference checks those first)."""
+    from batchproof.reference import cp as ref
+
+    ref.shard(padded, cp_size=1)
+    return ref.shard(padded, **kwargs)
+
+
+def _count_first_layout_last(outputs, cu_seqlens, cu_seqlens_padded, **kwargs):
+    """unshard checking the outputs' token count against cu_seqlens_padded before the
+    boundaries, and the layout after everything else (the reference: layout, outputs,
+    boundaries, count)."""
+    from batchproof.reference import cp as ref
+
+    parts = ref._rank_outputs(outputs)
+    if len(parts) * parts[0].shape[0] != int(cu_seqlens_padded[-1]):
+        raise ValueError("outputs do not hold cu_seqlens_padded[-1] tokens")
+    ref.unshard(outputs, cu_seqlens, cu_seqlens_padded)
+    return ref.unshard(outputs, cu_seqlens, cu_seqlens_padded, **kwargs)
+
+
+@pytest.mark.parametrize("name, bad, candidate", [
+    ("cp.pad_for_cp", "bad_pad_cases", _options_last),
+    ("cp.unshard", "bad_unshard_cases", _count_first_layout_last),
+    ("cp.shard", "bad_shard_cases", _row_before_options),
+    ("cp.shift_labels", "bad_shift_cases", _ignore_index_last),
+], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
+        name, bad, candidate) -> None:
+    """pad_for_cp's, shift_labels', shard's and unshard's invalid inputs include two defects
+    on different arguments (issue 32): a validation order other than the reference's passes
+    every one-defect input and fails. (shard_bshd and flatten_micro_batch: one defect, not
+    yet extended.)"""
+    from two_defects import assert_first_error_decides
+
+    from batchproof.ops import cp as records
+
+    assert_first_error_decides(name, getattr(records, bad)(), candidate)

@@ -483,3 +483,43 @@ def test_a_mask_value_only_a_float_mask_holds_is_drawn_and_rejected() -> None:
     settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate],
              suppress_health_check=list(HealthCheck))(given(bad_nest_cases())(record))()
     assert seen == {"nan", "fraction"}
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _batch_first(td, **kwargs):
+    """nest_by_mask validating the batch (a valid pad_token_id, no other option) before its
+    keyword options."""
+    from batchproof.ops.nesting import nest_quietly
+
+    nest_quietly(td, pad_token_id=0)
+    return nest_quietly(td, **kwargs)
+
+
+def _n_first(td, n):
+    """chunk_nested checking n before the batch."""
+    from batchproof.reference import nesting as ref
+
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError("n must be an int")
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    return ref.chunk_nested(td, n)
+
+
+@pytest.mark.parametrize("name, bad, candidate", [
+    ("nesting.nest_by_mask", "bad_nest_cases", _batch_first),
+    ("nesting.chunk_nested", "bad_chunk_cases", _n_first),
+], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
+        name, bad, candidate) -> None:
+    """The invalid inputs of the records with two or more arguments include two defects on
+    different ones (issue 32): a validation order other than the reference's passes every
+    one-defect input and fails. (unnest_by_mask takes one argument, payload_report's defects
+    are all on nested_td, pad_to_response_width's field names are variadic: one defect.)"""
+    from two_defects import assert_first_error_decides
+
+    from batchproof.ops import nesting as records
+
+    assert_first_error_decides(name, getattr(records, bad)(), candidate)

@@ -264,21 +264,9 @@ def test_invalid_inputs_with_two_defects_follow_the_references_first_error() -> 
     """The errors check draws calls with two defects on different arguments (issue 32); a
     validation order other than the reference's passes every one-defect input and fails
     here."""
-    import dataclasses
+    from two_defects import assert_first_error_decides
 
-    from hypothesis import HealthCheck, Phase, given, settings
-
-    from batchproof import registry
-    from batchproof.checks import run_check
     from batchproof.ops.rl_batch import bad_rl_batch_cases
 
-    info = registry.get("rl_batch.build_rl_batch")
-    search = settings(max_examples=60, derandomize=True, database=None, deadline=None)
-    whys: list[str] = []
-    settings(search, phases=[Phase.generate], suppress_health_check=list(HealthCheck))(
-        given(info.invalid)(lambda bad: whys.append(bad.why)))()
-    assert sum(", and " in why for why in whys) >= 10, whys
-    one_defect = dataclasses.replace(info, invalid=bad_rl_batch_cases(), pins=[])
-    run_check(one_defect, "errors", _lengths_checked_first, settings=search)
-    with pytest.raises(AssertionError, match="exception types differ"):
-        run_check(info, "errors", _lengths_checked_first, settings=search)
+    assert_first_error_decides("rl_batch.build_rl_batch", bad_rl_batch_cases(),
+                               _lengths_checked_first)

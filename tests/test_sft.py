@@ -797,3 +797,46 @@ def test_slot_filling_lengths_are_multiples_of_the_alignment() -> None:
     assert [len(ex["input_ids"]) for ex in filled] == [4, 4]
     assert filled[0]["input_ids"][1:] == [5, 6, 7] and filled[0]["attention_mask"] == [1] * 4
     assert filled[1] == examples[1] and examples[0]["input_ids"] == [5, 6, 7]
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _examples_first(fn):
+    """`fn` validating its examples before its other arguments (the reference checks them
+    last): the reference's exception on every one-defect input."""
+    def call(examples, **kwargs):
+        reference._parse_examples(reference.batch_rows(examples),
+                                  packed=fn is reference.pack_sft)
+        return fn(examples, **kwargs)
+    return call
+
+
+def _recipe_first(*args, **kwargs):
+    """align_size checking fp8_recipe before the sizes."""
+    reference.check_fp8_recipe(kwargs.get("fp8_recipe", "tensorwise"))
+    return reference.align_size(*args, **kwargs)
+
+
+def _lengths_first(lengths, capacity, **kwargs):
+    """ffd_bins checking the lengths' types before capacity, min_bins and bin_multiple."""
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, (list, tuple)):
+        raise TypeError("lengths must be a sequence")
+    if any(not isinstance(n, int) or isinstance(n, bool) for n in lengths):
+        raise TypeError("a length is not an int")
+    return reference.ffd_bins(lengths, capacity, **kwargs)
+
+
+@pytest.mark.parametrize("name, one_defect, candidate", [
+    ("sft.collate_sft", records.bad_collate_cases(), _examples_first(reference.collate_sft)),
+    ("sft.pack_sft", records.bad_pack_cases(), _examples_first(reference.pack_sft)),
+    ("sft.align_size", records.bad_align_cases(), _recipe_first),
+    ("sft.ffd_bins", records.bad_ffd_cases(), _lengths_first),
+], ids=["collate_sft", "pack_sft", "align_size", "ffd_bins"])
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
+        name, one_defect, candidate) -> None:
+    """Each record's invalid inputs include two defects on different arguments (issue 32): a
+    validation order other than the reference's passes every one-defect input and fails."""
+    from two_defects import assert_first_error_decides
+
+    assert_first_error_decides(name, one_defect, candidate)

@@ -231,3 +231,43 @@ def test_advantages_are_float32_under_a_float64_default_dtype() -> None:
         error = _raised(lambda: impl.broadcast_stepwise_advantages([0.1, 1e300], [0, 0], MASK))
     assert_identical(ref.broadcast_stepwise_advantages([0.1, -2.0], [1, 0], MASK), out)
     assert error == _raised(lambda: ref.broadcast_stepwise_advantages([0.1, 1e300], [0, 0], MASK))
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _flag_first(*args, **kwargs):
+    """required_multiple checking actor_updates before the sizes."""
+    if not isinstance(kwargs.get("actor_updates", True), bool):
+        raise TypeError("actor_updates must be a bool")
+    return ref.required_multiple(*args, **kwargs)
+
+
+def _multiple_last(td, multiple, **kwargs):
+    """pad_to_multiple validating every other argument (a multiple of 1 pads nothing) before
+    `multiple` (the reference checks it third)."""
+    ref.pad_to_multiple(td, 1, **kwargs)
+    return ref.pad_to_multiple(td, multiple, **kwargs)
+
+
+def _scalars_first(scalars, traj_ids, response_mask):
+    """broadcast_stepwise_advantages checking the scalars before the mask and the ids."""
+    ref._scalars(scalars)
+    return ref.broadcast_stepwise_advantages(scalars, traj_ids, response_mask)
+
+
+@pytest.mark.parametrize("name, bad, candidate", [
+    ("trainer.required_multiple", "bad_required_multiple_cases", _flag_first),
+    ("trainer.pad_to_multiple", "bad_pad_to_multiple_cases", _multiple_last),
+    ("trainer.broadcast_stepwise_advantages", "bad_stepwise_cases", _scalars_first),
+], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
+        name, bad, candidate) -> None:
+    """Each record's invalid inputs include two defects on different arguments (issue 32): a
+    validation order other than the reference's passes every one-defect input and fails.
+    (real_rows takes one argument: one defect only.)"""
+    from two_defects import assert_first_error_decides
+
+    from batchproof.ops import trainer as records
+
+    assert_first_error_decides(name, getattr(records, bad)(), candidate)

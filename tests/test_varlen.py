@@ -974,3 +974,93 @@ def test_pack_varlen_with_one_argument_jagged_and_the_other_rows(responses_jagge
     for placement in ("cpu", "generic"):
         with placements.placed(placement):
             assert_identical(impl.pack_varlen(*args), reference.pack_varlen(prompts, responses))
+
+
+# --------------------------------------------------------------------------- two defects
+
+
+def _pack_samples_first(prompts, responses, **kwargs):
+    """pack_varlen validating the samples before pad_token_id, pad_to_multiple and
+    position_ids_start (the reference checks them first)."""
+    from batchproof.reference import varlen as ref
+
+    ref._samples(prompts, responses)
+    return ref.pack_varlen(prompts, responses, **kwargs)
+
+
+def _start_first(position_ids, **kwargs):
+    """packed_segments checking position_ids_start before the positions' type."""
+    from batchproof.reference import varlen as ref
+
+    ref._check_start(kwargs.get("position_ids_start", 0))
+    return ref.packed_segments(position_ids, **kwargs)
+
+
+def _width_first(flat_logprobs, packed, *, width=None):
+    """unpack_response_logprobs checking the types of width and flat_logprobs before the
+    packed batch."""
+    from batchproof.reference import varlen as ref
+
+    if width is not None:
+        ref._check_int(width, "width")
+    if not isinstance(flat_logprobs, torch.Tensor) or not flat_logprobs.is_floating_point():
+        raise TypeError("flat_logprobs must be a float tensor")
+    return ref.unpack_response_logprobs(flat_logprobs, packed, width=width)
+
+
+def _mask_first(x, attention_mask):
+    """unpad checking the mask's type and rank before x."""
+    from batchproof.reference import varlen as ref
+
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.is_floating_point():
+        raise TypeError("attention_mask must be an integer tensor")
+    if attention_mask.dim() != 2:
+        raise ValueError("attention_mask must be 2-D")
+    return ref.unpad(x, attention_mask)
+
+
+def _indices_first(values, indices, batch, seqlen):
+    """repad validating indices (type, dtype, rank, repeats) before values, batch and seqlen."""
+    from batchproof.reference import varlen as ref
+
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError("indices must be a tensor")
+    if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError("indices must hold integers")
+    if indices.dim() != 1 or len(set(indices.tolist())) < len(indices):
+        raise ValueError("indices must be 1-D, without repeats")
+    return ref.repad(values, indices, batch, seqlen)
+
+
+def _samples_first(model, prompts, responses, **kwargs):
+    """response_logprobs checking the samples (counts, empty prompts, token ids, the budget)
+    before its options."""
+    from batchproof.reference import varlen as ref
+
+    vocab = ref._check_model(model)
+    rows = ref._samples(prompts, responses)
+    ref._check_vocab(rows[0], "prompts", vocab)
+    ref._check_vocab(rows[1], "responses", vocab)
+    budget = kwargs.get("max_tokens_per_batch")
+    if isinstance(budget, int):
+        ref._check_budget(*rows, budget)
+    return ref.response_logprobs(model, prompts, responses, **kwargs)
+
+
+@pytest.mark.parametrize("name, bad, candidate", [
+    ("varlen.pack_varlen", "bad_pack_cases", _pack_samples_first),
+    ("varlen.packed_segments", "bad_segment_cases", _start_first),
+    ("varlen.unpack_response_logprobs", "bad_unpack_cases", _width_first),
+    ("varlen.unpad", "bad_unpad_cases", _mask_first),
+    ("varlen.repad", "bad_repad_cases", _indices_first),
+    ("varlen.response_logprobs", "bad_logprob_cases", _samples_first),
+], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
+def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
+        name, bad, candidate) -> None:
+    """Each record's invalid inputs include two defects on different arguments (issue 32): a
+    validation order other than the reference's passes every one-defect input and fails."""
+    from two_defects import assert_first_error_decides
+
+    from batchproof.ops import varlen as records
+
+    assert_first_error_decides(name, getattr(records, bad)(), candidate)

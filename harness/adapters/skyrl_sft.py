@@ -579,7 +579,10 @@ def _packed_targets(case: Case) -> tuple[list[list[float]], list[float]] | None:
     for row in rows:
         line, offset = [0.0] * width, 0
         for i in row:
-            targets = _full_mask(examples[i])[1:]
+            full = _full_mask(examples[i])
+            if len(full) != _length(examples[i].get("input_ids")):  # num_actions > S: unpackable
+                return None
+            targets = full[1:]
             if not all(isinstance(v, numbers.Real) for v in targets):
                 return None
             targets = [float(v) for v in targets]

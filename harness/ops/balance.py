@@ -56,22 +56,28 @@ def partition_cases(draw) -> Case:
 
 
 @st.composite
-def bad_partition_cases(draw) -> BadCase:
+def bad_partition_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect each. Alone (no `valid`), a defect of the values comes with k = 1 and one of
+    k with the default equal_size; on a call `valid` draws, the call's other arguments are
+    kept. `not_divisible` replaces the whole call (so it is never one of two defects)."""
     # the defect before the valid call: drawn after it, Hypothesis favours the first kind
     kind = draw(st.sampled_from(["k_over_n", "k_zero", "k_type", "not_divisible", "negative",
                                  "not_finite", "bool_value", "values_type", "values_tensor"]))
-    good = draw(partition_cases())
+    good = draw(valid if valid is not None else partition_cases())
     values, k = good.args
     n = len(values)
+    kw = dict(good.kwargs) if valid is not None else {}
+    k = k if valid is not None else 1  # with a defect of the values
     if kind == "values_tensor":  # a tensor that is not 1-D, not real, or holds a bad value
         bad, raises = draw(st.sampled_from(BAD_VALUE_TENSORS))
-        return BadCase(Case((bad, 1)), raises, f"values tensor {bad.dtype} {tuple(bad.shape)}")
+        return BadCase(Case((bad, k), kw), raises,
+                       f"values tensor {bad.dtype} {tuple(bad.shape)}")
     if kind == "k_over_n":
-        return BadCase(Case((values, n + draw(st.integers(1, 3)))), ValueError, "k > n")
+        return BadCase(Case((values, n + draw(st.integers(1, 3))), kw), ValueError, "k > n")
     if kind == "k_zero":
-        return BadCase(Case((values, draw(st.integers(-2, 0)))), ValueError, "k < 1")
+        return BadCase(Case((values, draw(st.integers(-2, 0))), kw), ValueError, "k < 1")
     if kind == "k_type":
-        return BadCase(Case((values, draw(st.sampled_from([2.0, True, "2"])))), TypeError,
+        return BadCase(Case((values, draw(st.sampled_from([2.0, True, "2"]))), kw), TypeError,
                        "k is not an int")
     if kind == "not_divisible":
         values = values + [1] if n % 2 == 0 else values
@@ -81,14 +87,14 @@ def bad_partition_cases(draw) -> BadCase:
     broken = list(values)
     if kind == "negative":
         broken[row] = draw(st.sampled_from([-1, -0.5, -1e-30]))
-        return BadCase(Case((broken, 1)), ValueError, f"values[{row}] is negative")
+        return BadCase(Case((broken, k), kw), ValueError, f"values[{row}] is negative")
     if kind == "not_finite":
         broken[row] = draw(st.sampled_from([math.inf, math.nan]))
-        return BadCase(Case((broken, 1)), ValueError, f"values[{row}] is not finite")
+        return BadCase(Case((broken, k), kw), ValueError, f"values[{row}] is not finite")
     if kind == "bool_value":
         broken[row] = True
-        return BadCase(Case((broken, 1)), TypeError, f"values[{row}] is a bool")
-    return BadCase(Case((3, 1)), TypeError, "values is not a sequence")
+        return BadCase(Case((broken, k), kw), TypeError, f"values[{row}] is a bool")
+    return BadCase(Case((3, k), kw), TypeError, "values is not a sequence")
 
 
 BAD_VALUE_TENSORS = [
@@ -321,23 +327,28 @@ def _accepted(case: Case) -> bool:
 
 
 @st.composite
-def bad_micro_batch_cases(draw) -> BadCase:
+def bad_micro_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect each. Alone (no `valid`), the call has no keyword arguments but the one the
+    defect sets; on a call `valid` draws, its keyword arguments are kept.
+    `group_over_budget` and `not_divisible` replace the whole call (never one of two)."""
     # the defect before the valid call: drawn after it, Hypothesis favours the first kind
     kind = draw(st.sampled_from(["over_budget", "group_over_budget", "not_divisible",
                                  "too_many", "zero_length", "float_length", "budget_zero",
-                                 "empty", "min_count_zero", "first_fault_wins", "lengths_type"]))
-    good = draw(micro_batch_cases())
+                                 "empty", "min_count_zero", "first_fault_wins", "lengths_type",
+                                 "budget_type"]))
+    good = draw(valid if valid is not None else micro_batch_cases())
     lengths, budget = good.args
+    kw = dict(good.kwargs) if valid is not None else {}
     if kind == "lengths_type":  # not a sequence, or a tensor that is not 1-D integers
         bad, raises = draw(st.sampled_from([
             (5, TypeError), ("12", TypeError), (torch.ones(2, 1, dtype=torch.int64), ValueError),
             (torch.tensor([1.0, 2.0]), TypeError), (torch.tensor([True]), TypeError)]))
-        return BadCase(Case((bad, budget)), raises, f"lengths is {type(bad).__name__}")
+        return BadCase(Case((bad, budget), kw), raises, f"lengths is {type(bad).__name__}")
     if kind == "over_budget":
         row = draw(st.integers(0, len(lengths) - 1))
         broken = list(lengths)
         broken[row] = budget + draw(st.integers(1, 5))
-        return BadCase(Case((broken, budget)), ValueError, f"lengths[{row}] > max_tokens")
+        return BadCase(Case((broken, budget), kw), ValueError, f"lengths[{row}] > max_tokens")
     if kind == "group_over_budget":
         return BadCase(Case(([5, 5, 1, 1], 9), {"group_size": 2}), ValueError,
                        "group 0 holds 10 > 9 tokens")
@@ -345,20 +356,23 @@ def bad_micro_batch_cases(draw) -> BadCase:
         return BadCase(Case((lengths + [1] if len(lengths) % 2 == 0 else lengths, budget),
                             {"group_size": 2}), ValueError, "len(lengths) % group_size != 0")
     if kind == "too_many":
-        return BadCase(Case((lengths, budget), {"min_count": len(lengths) + 1}), ValueError,
+        return BadCase(Case((lengths, budget), kw | {"min_count": len(lengths) + 1}), ValueError,
                        "min_count above the number of samples")
     if kind == "zero_length":
-        return BadCase(Case((lengths + [0], budget)), ValueError, "a sample of 0 tokens")
+        return BadCase(Case((lengths + [0], budget), kw), ValueError, "a sample of 0 tokens")
     if kind == "float_length":
-        return BadCase(Case((lengths[:-1] + [1.0], budget)), TypeError, "a float length")
+        return BadCase(Case((lengths[:-1] + [1.0], budget), kw), TypeError, "a float length")
     if kind == "first_fault_wins":  # a 0 before a float: both report the first faulty index
-        return BadCase(Case(([0, 1.0] + lengths, budget)), ValueError,
+        return BadCase(Case(([0, 1.0] + lengths, budget), kw), ValueError,
                        "lengths[0] = 0 comes before the float")
     if kind == "budget_zero":
-        return BadCase(Case((lengths, 0)), ValueError, "max_tokens < 1")
+        return BadCase(Case((lengths, 0), kw), ValueError, "max_tokens < 1")
+    if kind == "budget_type":
+        return BadCase(Case((lengths, draw(st.sampled_from([8.0, True, "8", None]))), kw),
+                       TypeError, "max_tokens not an int")
     if kind == "empty":
-        return BadCase(Case(([], budget)), ValueError, "no samples")
-    return BadCase(Case((lengths, budget), {"min_count": 0}), ValueError, "min_count < 1")
+        return BadCase(Case(([], budget), kw), ValueError, "no samples")
+    return BadCase(Case((lengths, budget), kw | {"min_count": 0}), ValueError, "min_count < 1")
 
 
 def _lengths_as_tensor(case: Case) -> Case:
@@ -565,13 +579,15 @@ def ulysses_cases(draw) -> Case:
 
 
 @st.composite
-def bad_ulysses_cases(draw) -> BadCase:
+def bad_ulysses_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on (8, 4), or on a call `valid` draws."""
     kind = draw(st.sampled_from(["negative", "sp_zero", "float"]))
+    length, sp = draw(valid).args if valid is not None else (8, 4)
     if kind == "negative":
-        return BadCase(Case((-1, 4)), ValueError, "length < 0")
+        return BadCase(Case((-1, sp)), ValueError, "length < 0")
     if kind == "sp_zero":
-        return BadCase(Case((8, draw(st.integers(-2, 0)))), ValueError, "sp_size < 1")
-    return BadCase(Case((8.0, 4)), TypeError, "length not an int")
+        return BadCase(Case((length, draw(st.integers(-2, 0)))), ValueError, "sp_size < 1")
+    return BadCase(Case((float(length), sp)), TypeError, "length not an int")
 
 
 def prop_pad_range(case: Case, pad) -> None:
@@ -610,27 +626,37 @@ def sequence_parallel_cases(draw) -> Case:
 
 
 @st.composite
-def bad_sequence_parallel_cases(draw) -> BadCase:
-    packed = packed_row([3, 2], [1, 2, 3, 4, 5])
+def bad_sequence_parallel_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a packed row of [3, 2] tokens with sp_size 4, or on a call `valid` draws
+    (the defect on a copy of its row)."""
     kind = draw(st.sampled_from(["sp_zero", "missing", "per_token", "not_td", "cu_end",
                                  "ids_1d", "shapes_differ"]))
+    if valid is not None:
+        good = draw(valid)
+        original, sp = good.args
+        packed = original.clone()
+        width = packed["input_ids"].shape[1]
+    else:
+        original, sp, width = None, 4, 5
+        packed = packed_row([3, 2], [1, 2, 3, 4, 5])
     if kind == "ids_1d":
         packed.set("input_ids", packed["input_ids"][0])
-        return BadCase(Case((packed, 4)), ValueError, "input_ids is (N,), not (1, N)")
+        return BadCase(Case((packed, sp)), ValueError, "input_ids is (N,), not (1, N)")
     if kind == "shapes_differ":
-        packed.set("position_ids", torch.zeros(1, 6, dtype=torch.int64))
-        return BadCase(Case((packed, 4)), ValueError, "position_ids wider than input_ids")
+        packed.set("position_ids", torch.zeros(1, width + 1, dtype=torch.int64))
+        return BadCase(Case((packed, sp)), ValueError, "position_ids wider than input_ids")
     if kind == "sp_zero":
-        return BadCase(Case((packed, 0)), ValueError, "sp_size < 1")
+        return BadCase(Case((original if original is not None else packed, 0)), ValueError,
+                       "sp_size < 1")
     if kind == "missing":
-        return BadCase(Case((packed.exclude("position_ids"), 4)), ValueError, "no position_ids")
+        return BadCase(Case((packed.exclude("position_ids"), sp)), ValueError, "no position_ids")
     if kind == "per_token":
-        packed.set("loss_mask", torch.ones(1, 5))
-        return BadCase(Case((packed, 4)), ValueError, "a per-token field it cannot pad")
+        packed.set("loss_mask", torch.ones(1, width))
+        return BadCase(Case((packed, sp)), ValueError, "a per-token field it cannot pad")
     if kind == "cu_end":
-        packed.set("cu_seqlens", torch.tensor([0, 3], dtype=torch.int32))
-        return BadCase(Case((packed, 4)), ValueError, "cu_seqlens does not end at N")
-    return BadCase(Case(({"input_ids": [[1]]}, 4)), TypeError, "not a TensorDict")
+        packed.set("cu_seqlens", torch.tensor([0, width - 2], dtype=torch.int32))
+        return BadCase(Case((packed, sp)), ValueError, "cu_seqlens does not end at N")
+    return BadCase(Case(({"input_ids": [[1]]}, sp)), TypeError, "not a TensorDict")
 
 
 def _sp_facts(case: Case, out) -> tuple[int, int, int]:
@@ -712,7 +738,8 @@ KARMARKAR_KARP = register(OpInfo(
     op="balance",
     function="karmarkar_karp",
     valid=partition_cases(),
-    invalid=bad_partition_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_partition_cases, partition_cases(), _reference.karmarkar_karp),
     compare=assert_identical,
     properties=[
         Property.of(prop_partition),
@@ -731,7 +758,8 @@ BALANCED_PARTITIONS = register(OpInfo(
     op="balance",
     function="balanced_partitions",
     valid=partition_cases(),
-    invalid=bad_partition_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_partition_cases, partition_cases(), _reference.balanced_partitions),
     compare=assert_identical,
     properties=[
         Property.of(prop_partition),
@@ -749,7 +777,8 @@ MICRO_BATCHES = register(OpInfo(
     op="balance",
     function="micro_batches",
     valid=micro_batch_cases(),
-    invalid=bad_micro_batch_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_micro_batch_cases, micro_batch_cases(), _reference.micro_batches),
     compare=assert_identical,
     properties=[
         Property.of(prop_budget),
@@ -783,7 +812,7 @@ ULYSSES_PAD = register(OpInfo(
     op="balance",
     function="ulysses_pad",
     valid=ulysses_cases(),
-    invalid=bad_ulysses_cases(),
+    invalid=hs.one_or_two_defects(bad_ulysses_cases, ulysses_cases(), _reference.ulysses_pad),
     compare=assert_identical,
     properties=[Property.of(prop_pad_range)],
     pins=[Pin("divisible_length", Case((8, 4)), "N % sp == 0 needs no pad (not sp of them)",
@@ -795,7 +824,8 @@ PAD_FOR_SEQUENCE_PARALLEL = register(OpInfo(
     op="balance",
     function="pad_for_sequence_parallel",
     valid=sequence_parallel_cases(),
-    invalid=bad_sequence_parallel_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_sequence_parallel_cases, sequence_parallel_cases(), _reference.pad_for_sequence_parallel),
     compare=assert_identical,
     properties=[
         Property.of(prop_length_multiple),

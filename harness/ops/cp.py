@@ -310,18 +310,25 @@ PAD_DEFECTS = ["cp_type", "cp_value", "pad_type", "pad_range", "ignore_type", "i
 
 
 @st.composite
-def bad_pad_cases(draw) -> BadCase:
+def bad_pad_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a drawn packed row and cp_size (no other keyword argument but the one the
+    defect sets), or on a call `valid` draws (its keyword arguments kept)."""
     kind = draw(st.sampled_from(PAD_DEFECTS))  # first: Hypothesis favours the first kinds
-    cp_size = draw(cp_sizes())
-    ids, cu = draw(packed_rows(cp_size, min_sequences=1))
-    kwargs = {"cp_size": cp_size}
+    if valid is None:
+        cp_size = draw(cp_sizes())
+        ids, cu = draw(packed_rows(cp_size, min_sequences=1))
+        kwargs = {"cp_size": cp_size}
+    else:
+        good = draw(valid)
+        (ids, cu), kwargs = good.args, dict(good.kwargs)
     args = (ids, cu)
     k = draw(st.integers(0, max(len(ids) - 1, 0)))
     if kind == "cp_type":
-        return _bad(args, {"cp_size": draw(st.sampled_from([2.0, "2", True, None]))}, TypeError,
-                    "cp_size not an int")
+        return _bad(args, {**kwargs, "cp_size": draw(st.sampled_from([2.0, "2", True, None]))},
+                    TypeError, "cp_size not an int")
     if kind == "cp_value":
-        return _bad(args, {"cp_size": draw(st.sampled_from([0, -1]))}, ValueError, "cp < 1")
+        return _bad(args, {**kwargs, "cp_size": draw(st.sampled_from([0, -1]))}, ValueError,
+                    "cp < 1")
     if kind in ("pad_type", "ignore_type"):
         name = "pad_token_id" if kind == "pad_type" else "ignore_index"
         return _bad(args, {**kwargs, name: draw(st.sampled_from([0.0, "0", True]))}, TypeError,
@@ -455,7 +462,7 @@ PAD_FOR_CP = register(OpInfo(
     op="cp",
     function="pad_for_cp",
     valid=pad_cases(),
-    invalid=bad_pad_cases(),
+    invalid=hs.one_or_two_defects(bad_pad_cases, pad_cases(), _reference.pad_for_cp),
     compare=assert_identical,
     properties=[
         Property.of(prop_pad_layout, name="layout"),
@@ -561,48 +568,56 @@ SHIFT_DEFECTS = ["ignore_type", "ignore_range", "ids_not_a_list", "float_token",
 
 
 @st.composite
-def bad_shift_cases(draw) -> BadCase:
+def bad_shift_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a drawn unpadded packed row (no keyword argument but the defect's), or on
+    a call `valid` draws (its keyword arguments kept; the padded boundaries it passes, if any,
+    are the ones a cu_seqlens_padded defect changes)."""
     kind = draw(st.sampled_from(SHIFT_DEFECTS))
-    ids, cu = draw(packed_rows(draw(cp_sizes()), min_sequences=1))
-    args, padded = (ids, cu), list(cu)
+    if valid is None:
+        ids, cu = draw(packed_rows(draw(cp_sizes()), min_sequences=1))
+        kw: dict = {}
+    else:
+        good = draw(valid)
+        (ids, cu), kw = good.args, dict(good.kwargs)
+    args, padded = (ids, cu), list(kw.get("cu_seqlens_padded", cu))
     if kind == "ignore_type":
-        return _bad(args, {"ignore_index": draw(st.sampled_from([1.0, "x", False]))},
+        return _bad(args, kw | {"ignore_index": draw(st.sampled_from([1.0, "x", False]))},
                     TypeError, "ignore_index not an int")
     if kind == "ignore_range":
-        return _bad(args, {"ignore_index": 2**63}, ValueError, "ignore_index beyond int64")
+        return _bad(args, kw | {"ignore_index": 2**63}, ValueError, "ignore_index beyond int64")
     if kind == "ids_not_a_list":
-        return _bad(("1 2 3", cu), {}, TypeError, "input_ids a str")
+        return _bad(("1 2 3", cu), kw, TypeError, "input_ids a str")
     if kind == "float_token":
-        return _bad((ids + [0.5], cu[:-1] + [cu[-1] + 1]), {}, TypeError, "a float token")
+        return _bad((ids + [0.5], cu[:-1] + [cu[-1] + 1]), kw, TypeError, "a float token")
     if kind == "cu_first":
-        return _bad((ids, [2] + cu[1:]), {}, ValueError, "cu_seqlens[0] != 0")
+        return _bad((ids, [2] + cu[1:]), kw, ValueError, "cu_seqlens[0] != 0")
     if kind == "cu_decreasing":
-        return _bad((ids + [1, 2], cu + [cu[-1] + 2, cu[-1] + 1, cu[-1] + 2]), {}, ValueError,
+        return _bad((ids + [1, 2], cu + [cu[-1] + 2, cu[-1] + 1, cu[-1] + 2]), kw, ValueError,
                     "decreasing cu_seqlens")
     if kind == "cu_end":
-        return _bad((ids + [1, 2], cu), {}, ValueError, "cu_seqlens[-1] != N")
+        return _bad((ids + [1, 2], cu), kw, ValueError, "cu_seqlens[-1] != N")
     if kind == "padded_count":
-        return _bad(args, {"cu_seqlens_padded": padded + [padded[-1]]}, ValueError,
+        return _bad(args, kw | {"cu_seqlens_padded": padded + [padded[-1]]}, ValueError,
                     "cu_seqlens_padded has one more entry")
     if kind == "padded_first":
-        return _bad(args, {"cu_seqlens_padded": [1] + padded[1:]}, ValueError,
+        return _bad(args, kw | {"cu_seqlens_padded": [1] + padded[1:]}, ValueError,
                     "cu_seqlens_padded[0] != 0")
     if kind == "padded_decreasing":
         return _bad((ids + [1], cu + [cu[-1] + 1]),
-                    {"cu_seqlens_padded": padded + [padded[-1] - 1 if padded[-1] else -1]},
+                    kw | {"cu_seqlens_padded": padded + [padded[-1] - 1 if padded[-1] else -1]},
                     ValueError, "decreasing cu_seqlens_padded")
     if kind == "padded_overfull":
         longer = list(cu)
         longer[-1] += 1
-        return _bad((ids + [4], longer), {"cu_seqlens_padded": padded[:-1] + [padded[-1]]},
+        return _bad((ids + [4], longer), kw | {"cu_seqlens_padded": padded[:-1] + [padded[-1]]},
                     ValueError, "a real length above its span")
     if kind == "padded_end":
-        return _bad(args, {"cu_seqlens_padded": padded[:-1] + [padded[-1] + 2]}, ValueError,
+        return _bad(args, kw | {"cu_seqlens_padded": padded[:-1] + [padded[-1] + 2]}, ValueError,
                     "cu_seqlens_padded[-1] != N")
     if kind == "padded_float":
-        return _bad(args, {"cu_seqlens_padded": torch.tensor(padded, dtype=torch.float32)},
+        return _bad(args, kw | {"cu_seqlens_padded": torch.tensor(padded, dtype=torch.float32)},
                     TypeError, "float cu_seqlens_padded")
-    return _bad(args, {"loss_mask": [1.0] * (len(ids) + 2)}, ValueError, "loss_mask length")
+    return _bad(args, kw | {"loss_mask": [1.0] * (len(ids) + 2)}, ValueError, "loss_mask length")
 
 
 PADDED_ROLL = Case(([1, 2, 3, 0, 4, 5, 6, 7, 8, 0, 0, 0], [0, 3, 8]),
@@ -630,7 +645,7 @@ SHIFT_LABELS = register(OpInfo(
     op="cp",
     function="shift_labels",
     valid=shift_cases(),
-    invalid=bad_shift_cases(),
+    invalid=hs.one_or_two_defects(bad_shift_cases, shift_cases(), _reference.shift_labels),
     compare=assert_identical,
     properties=[
         Property.of(prop_shift_within_sequences, name="within_sequences"),
@@ -976,16 +991,23 @@ SHARD_DEFECTS = ["cp_type", "cp_value", "layout_type", "layout_value", "rank_typ
 
 
 @st.composite
-def bad_shard_cases(draw) -> BadCase:
+def bad_shard_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a drawn padded row and cp_size (no other keyword argument but the
+    defect's), or on a call `valid` draws (its layout and cp_rank kept)."""
     kind = draw(st.sampled_from(SHARD_DEFECTS))
-    padded, cp_size = draw(padded_rows())
-    kwargs = {"cp_size": cp_size}
+    if valid is None:
+        padded, cp_size = draw(padded_rows())
+        kwargs = {"cp_size": cp_size}
+    else:
+        good = draw(valid)
+        (padded,), kwargs = good.args, dict(good.kwargs)
+        cp_size = kwargs["cp_size"]
     total = padded["input_ids"].shape[1]
     if kind == "cp_type":
-        return _bad((padded,), {"cp_size": draw(st.sampled_from([2.0, None, False]))},
+        return _bad((padded,), {**kwargs, "cp_size": draw(st.sampled_from([2.0, None, False]))},
                     TypeError, "cp_size not an int")
     if kind == "cp_value":
-        return _bad((padded,), {"cp_size": -2}, ValueError, "cp_size < 1")
+        return _bad((padded,), {**kwargs, "cp_size": -2}, ValueError, "cp_size < 1")
     if kind == "layout_type":
         return _bad((padded,), {**kwargs, "layout": 0}, TypeError, "layout not a str")
     if kind == "layout_value":
@@ -1025,10 +1047,11 @@ def bad_shard_cases(draw) -> BadCase:
         bigger = next((c for c in range(2, 2 * MAX_CP + 1)
                        if any(s % (2 * c) for s in spans)), None)
         if bigger is not None:
-            return _bad((padded,), {"cp_size": bigger}, ValueError, "span not a multiple")
+            return _bad((padded,), {**kwargs, "cp_size": bigger}, ValueError,
+                        "span not a multiple")
     if kind == "contiguous_multiple" and total > 0:
         other = next(c for c in range(2, total + 2) if total % c)
-        return _bad((padded,), {"cp_size": other, "layout": "contiguous"}, ValueError,
+        return _bad((padded,), {**kwargs, "cp_size": other, "layout": "contiguous"}, ValueError,
                     "Tp not a multiple of cp")
     if kind == "overfull" and len(spans) > 0:
         broken = padded.clone()
@@ -1043,7 +1066,7 @@ def bad_shard_cases(draw) -> BadCase:
     return _bad((broken,), kwargs, ValueError, "cu_seqlens_padded[-1] != Tp")
 
 
-SHARD.invalid = bad_shard_cases()
+SHARD.invalid = hs.one_or_two_defects(bad_shard_cases, shard_cases(), _reference.shard)
 
 # --------------------------------------------------------------------------- shard_bshd
 
@@ -1341,15 +1364,18 @@ UNSHARD_DEFECTS = ["layout_type", "not_tensors", "rank_not_a_tensor", "no_rank",
 
 
 @st.composite
-def bad_unshard_cases(draw) -> BadCase:
+def bad_unshard_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `unshard_cases()`); `zigzag_multiple`
+    replaces the whole call, and `layout_type` alone drops the other keyword arguments."""
     kind = draw(st.sampled_from(UNSHARD_DEFECTS))
-    good = draw(unshard_cases())
+    good = draw(valid if valid is not None else unshard_cases())
     outputs, cu, cu_padded = good.args
     stacked = outputs if isinstance(outputs, torch.Tensor) else torch.stack(list(outputs))
     cu_list = cu.tolist() if isinstance(cu, torch.Tensor) else list(cu)
     padded_list = cu_padded.tolist() if isinstance(cu_padded, torch.Tensor) else list(cu_padded)
     if kind == "layout_type":
-        return _bad(good.args, {"layout": None}, TypeError, "layout None")
+        return _bad(good.args, {**(good.kwargs if valid is not None else {}), "layout": None},
+                    TypeError, "layout None")
     if kind == "not_tensors":
         return _bad((stacked.tolist(), cu, cu_padded), good.kwargs, TypeError, "nested lists")
     if kind == "rank_not_a_tensor":
@@ -1380,7 +1406,7 @@ def bad_unshard_cases(draw) -> BadCase:
                 good.kwargs, ValueError, "outputs one token per rank too many")
 
 
-UNSHARD.invalid = bad_unshard_cases()
+UNSHARD.invalid = hs.one_or_two_defects(bad_unshard_cases, unshard_cases(), _reference.unshard)
 
 # --------------------------------------------------------------------------- flatten
 

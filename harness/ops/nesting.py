@@ -397,8 +397,17 @@ def _cumsum(values):
 
 
 @st.composite
-def bad_nest_cases(draw) -> BadCase:
-    td, pad = draw(verl_batches())
+def bad_nest_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a drawn batch with pad_token_id, or on a call `valid` draws (its keyword
+    arguments kept; a defect in the batch on a copy of it)."""
+    if valid is None:
+        td, pad = draw(verl_batches())
+        kw: dict[str, Any] = {"pad_token_id": pad}
+    else:
+        good = draw(valid)
+        (td,), kw = good.args, dict(good.kwargs)
+        pad = kw["pad_token_id"]
+    bare = {k: v for k, v in kw.items() if k != "pad_token_id"}
     kind = draw(st.sampled_from(["no_pad", "pad_type", "wrong_mask", "not_binary", "strict",
                                  "missing_mask", "not_td", "nested", "ignore_str", "rules_type",
                                  "no_width"]))
@@ -408,20 +417,21 @@ def bad_nest_cases(draw) -> BadCase:
     if kind == "not_binary" and td["attention_mask"].shape[1] == 0:
         kind = "no_pad"
     if kind == "no_pad":
-        return BadCase(Case((td,), {}), ValueError, "PAD_TOKEN_ID fields and pad_token_id=None")
+        return BadCase(Case((td,), bare), ValueError, "PAD_TOKEN_ID fields and pad_token_id=None")
     if kind == "pad_type":
         value = draw(st.sampled_from(["0", 0.0, True]))
-        return BadCase(Case((td,), {"pad_token_id": value}), TypeError, "pad_token_id not int")
+        return BadCase(Case((td,), kw | {"pad_token_id": value}), TypeError,
+                       "pad_token_id not int")
     if kind == "wrong_mask":
         # only a field whose width differs from the attention mask's is detectably misregistered
         width = td["attention_mask"].shape[1]
         names = [n for n in ("response_mask", "loss_mask", "prompts")
                  if n in td.keys() and td[n].shape[1] != width]
         if not names:
-            return BadCase(Case((td,), {}), ValueError, "PAD_TOKEN_ID fields and pad_token_id=None")
+            return BadCase(Case((td,), bare), ValueError,
+                           "PAD_TOKEN_ID fields and pad_token_id=None")
         name = draw(st.sampled_from(names))
-        return BadCase(Case((td,), {"pad_token_id": pad,
-                                    "rules": {name: ("attention_mask", 0)}}),
+        return BadCase(Case((td,), kw | {"rules": {name: ("attention_mask", 0)}}),
                        ValueError, f"{name} registered against attention_mask")
     if kind == "not_binary":  # in the dtype that can hold the value: a fraction or NaN in a
         row = draw(st.integers(0, td.batch_size[0] - 1))  # floating mask
@@ -430,37 +440,41 @@ def bad_nest_cases(draw) -> BadCase:
             st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
         mask = td["attention_mask"].to(dtype).clone()
         mask[row, -1] = value
+        td = td.clone()
         td["attention_mask"] = mask
-        return BadCase(Case((td,), {"pad_token_id": pad}), ValueError, f"mask row {row} not 0/1")
+        return BadCase(Case((td,), kw), ValueError, f"mask row {row} not 0/1")
     if kind == "strict":
-        td[EXTRA_DENSE] = torch.zeros(td["input_ids"].shape)
-        return BadCase(Case((td,), {"pad_token_id": pad, "strict": True}),
+        td = td.clone()  # (a field the valid call's rules or ignore_dense do not cover)
+        td[EXTRA_DENSE if valid is None else "attention_scale"] = torch.zeros(
+            td["input_ids"].shape)
+        return BadCase(Case((td,), kw | {"strict": True}),
                        ref_nesting.DenseFieldError, "an unruled (B, S) field under strict=True")
     if kind == "missing_mask":
-        return BadCase(Case((td,), {"pad_token_id": pad,
-                                    "rules": {"input_ids": ("no_such_mask", 0)}}),
+        return BadCase(Case((td,), kw | {"rules": {"input_ids": ("no_such_mask", 0)}}),
                        ValueError, "rule names a mask td does not hold")
     if kind == "not_td":
-        return BadCase(Case((dict(td.items()),), {"pad_token_id": pad}), TypeError, "a dict")
+        return BadCase(Case((dict(td.items()),), kw), TypeError, "a dict")
     if kind == "nested":
-        return BadCase(Case((nest_quietly(td, pad_token_id=pad),), {"pad_token_id": pad}),
+        return BadCase(Case((nest_quietly(td, pad_token_id=pad, **bare),), kw),
                        ValueError, "already nested")
     if kind == "ignore_str":
-        return BadCase(Case((td,), {"pad_token_id": pad, "ignore_dense": EXTRA_DENSE}),
+        return BadCase(Case((td,), kw | {"ignore_dense": EXTRA_DENSE}),
                        TypeError, "ignore_dense is a str")
     if kind == "rules_type":
-        return BadCase(Case((td,), {"pad_token_id": pad, "rules": [("input_ids", "x")]}),
+        return BadCase(Case((td,), kw | {"rules": [("input_ids", "x")]}),
                        TypeError, "rules is not a mapping")
+    td = td.clone()
     for key in ("prompts", "responses", "response_mask", "max_response_length"):
         if key in td.keys():
             del td[key]
     td["old_log_probs"] = torch.zeros(td.batch_size[0], 3)
-    return BadCase(Case((td,), {"pad_token_id": pad}), ValueError,
-                   "a response field but no way to find P")
+    return BadCase(Case((td,), kw), ValueError, "a response field but no way to find P")
 
 
 @st.composite
 def bad_unnest_cases(draw) -> BadCase:
+    """One defect each. No `valid=`: the call has one argument (no two defects on different
+    arguments)."""
     td, pad = draw(verl_batches())
     kind = draw(st.sampled_from(["dense", "not_td", "short_row", "no_encoding", "run_counts",
                                  "run_outside", "field_dense"]))
@@ -503,13 +517,14 @@ def _bad_run_lengths(lengths: torch.Tensor, move_one: bool, width: int) -> torch
 
 
 @st.composite
-def bad_chunk_cases(draw) -> BadCase:
-    nested = draw(nested_batches())
+def bad_chunk_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a drawn nested batch and n = 2, or on a call `valid` draws."""
+    nested, n = draw(valid).args if valid is not None else (draw(nested_batches()), 2)
     kind = draw(st.sampled_from(["zero", "negative", "float", "bool", "not_td"]))
     if kind in ("zero", "negative"):
         return BadCase(Case((nested, 0 if kind == "zero" else -2)), ValueError, "n < 1")
     if kind == "not_td":
-        return BadCase(Case(({"a": 1}, 2)), TypeError, "not a TensorDict")
+        return BadCase(Case(({"a": 1}, n)), TypeError, "not a TensorDict")
     return BadCase(Case((nested, 2.0 if kind == "float" else True)), TypeError, "n not an int")
 
 
@@ -587,6 +602,8 @@ def _shrink_max_response(td: TensorDict) -> TensorDict:
 
 @st.composite
 def bad_pad_cases(draw) -> BadCase:
+    """One defect each. No `valid=`: the call's field names are variadic (a defect changes
+    how many there are) and the batch defects replace the whole call."""
     td, pad = draw(verl_batches())
     nested = nest_quietly(td, pad_token_id=pad)
     kind = draw(st.sampled_from(["absent", "sequence_axis", "not_str", "dense", "beyond_r",
@@ -611,6 +628,7 @@ def bad_pad_cases(draw) -> BadCase:
 
 @st.composite
 def bad_payload_cases(draw) -> BadCase:
+    """One defect each, on `nested_td`. No `valid=`: every defect is on the same argument."""
     td, pad = draw(verl_batches())
     if draw(st.booleans()):
         return BadCase(Case((td, td)), ValueError, "nested_td is not nested")
@@ -1453,7 +1471,7 @@ NEST_BY_MASK = register(OpInfo(
     op="nesting",
     function="nest_by_mask",
     valid=nest_cases(),
-    invalid=bad_nest_cases(),
+    invalid=hs.one_or_two_defects(bad_nest_cases, nest_cases(), ref_nesting.nest_by_mask),
     compare=assert_identical,
     properties=[
         Property.of(prop_round_trip),
@@ -1489,7 +1507,7 @@ CHUNK_NESTED = register(OpInfo(
     op="nesting",
     function="chunk_nested",
     valid=chunk_cases(),
-    invalid=bad_chunk_cases(),
+    invalid=hs.one_or_two_defects(bad_chunk_cases, chunk_cases(), ref_nesting.chunk_nested),
     compare=assert_identical,
     properties=[
         Property.of(prop_torch_chunk_sizes),

@@ -379,8 +379,10 @@ _COLLATE_DEFECTS = st.sampled_from(["pad_type", "pad_range", "normalize_type",
 
 
 @st.composite
-def bad_collate_cases(draw) -> BadCase:
-    good = draw(collate_cases())
+def bad_collate_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `collate_cases()`), with the exception type the
+    spec requires."""
+    good = draw(valid if valid is not None else collate_cases())
     kwargs = dict(good.kwargs)
     kind = draw(_COLLATE_DEFECTS)
     if kind == "pad_type":
@@ -397,8 +399,10 @@ def bad_collate_cases(draw) -> BadCase:
 
 
 @st.composite
-def bad_pack_cases(draw) -> BadCase:
-    good = draw(pack_cases())
+def bad_pack_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `pack_cases()`), with the exception type the
+    spec requires."""
+    good = draw(valid if valid is not None else pack_cases())
     examples, kwargs = good.args[0], dict(good.kwargs)
     kind = draw(st.sampled_from(["pad_type", "pad_range", "size_value", "size_type", "fp8_type",
                                  "over_capacity", "fewer_than_dp", "attention_zeros",
@@ -450,8 +454,10 @@ def bad_pack_cases(draw) -> BadCase:
 
 
 @st.composite
-def bad_ffd_cases(draw) -> BadCase:
-    good = draw(ffd_cases())
+def bad_ffd_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `ffd_cases()`), with the exception type the
+    spec requires."""
+    good = draw(valid if valid is not None else ffd_cases())
     lengths, capacity = good.args
     kwargs = dict(good.kwargs)
     kind = draw(st.sampled_from(["size_value", "length_value", "over_capacity", "too_few",
@@ -482,22 +488,27 @@ def bad_ffd_cases(draw) -> BadCase:
 
 
 @st.composite
-def bad_align_cases(draw) -> BadCase:
+def bad_align_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on sizes drawn here (1..4, by keyword) or on a valid call `valid` draws
+    (`align_cases()`: tp_size and cp_size by position or by keyword)."""
     kind = draw(st.sampled_from(["value", "type", "fp8"]))
-    kwargs = {"tp_size": draw(st.integers(1, 4)), "cp_size": draw(st.integers(1, 4))}
+    good = Case((), {"tp_size": draw(st.integers(1, 4)), "cp_size": draw(st.integers(1, 4))}) \
+        if valid is None else draw(valid)
     name = draw(st.sampled_from(["tp_size", "cp_size"]))
     if kind == "value":
-        kwargs[name] = draw(st.sampled_from([0, -1]))
-        return BadCase(Case((), kwargs), ValueError, f"{name} < 1")
+        return BadCase(hs.with_argument(good, ("tp_size", "cp_size"), name,
+                                        draw(st.sampled_from([0, -1]))), ValueError, f"{name} < 1")
     if kind == "type":
-        kwargs[name] = draw(st.sampled_from([2.0, True, None]))
-        return BadCase(Case((), kwargs), TypeError, f"{name} not an int")
+        return BadCase(hs.with_argument(good, ("tp_size", "cp_size"), name,
+                                        draw(st.sampled_from([2.0, True, None]))),
+                       TypeError, f"{name} not an int")
     if draw(st.booleans()):
-        kwargs["fp8"] = draw(st.sampled_from([1, "no"]))
-        return BadCase(Case((), kwargs), TypeError, "fp8 not a bool")
-    kwargs["fp8_recipe"] = draw(st.sampled_from([None, 1, "auto", "delayed", "MXFP8", ""]))
-    raises = TypeError if not isinstance(kwargs["fp8_recipe"], str) else ValueError
-    return BadCase(Case((), kwargs), raises, "fp8_recipe not one of the recipes")
+        return BadCase(Case(good.args, {**good.kwargs, "fp8": draw(st.sampled_from([1, "no"]))}),
+                       TypeError, "fp8 not a bool")
+    recipe = draw(st.sampled_from([None, 1, "auto", "delayed", "MXFP8", ""]))
+    raises = TypeError if not isinstance(recipe, str) else ValueError
+    return BadCase(Case(good.args, {**good.kwargs, "fp8_recipe": recipe}), raises,
+                   "fp8_recipe not one of the recipes")
 
 
 # --------------------------------------------------------------------------- input forms
@@ -1316,7 +1327,7 @@ COLLATE_SFT = register(OpInfo(
     op="sft",
     function="collate_sft",
     valid=collate_valid_cases(),
-    invalid=bad_collate_cases(),
+    invalid=hs.one_or_two_defects(bad_collate_cases, collate_cases(), oracle.collate_sft),
     compare=assert_identical,
     properties=[
         Property.of(prop_collate_shapes, name="shapes_and_dtypes"),
@@ -1346,7 +1357,7 @@ ALIGN_SIZE = register(OpInfo(
     op="sft",
     function="align_size",
     valid=align_cases(),
-    invalid=bad_align_cases(),
+    invalid=hs.one_or_two_defects(bad_align_cases, align_cases(), oracle.align_size),
     compare=assert_identical,
     properties=[
         Property.of(prop_align_divisible, name="divisible"),
@@ -1361,7 +1372,7 @@ FFD_BINS = register(OpInfo(
     op="sft",
     function="ffd_bins",
     valid=ffd_cases(),
-    invalid=bad_ffd_cases(),
+    invalid=hs.one_or_two_defects(bad_ffd_cases, ffd_cases(), oracle.ffd_bins),
     compare=assert_identical,
     properties=[
         Property.of(prop_ffd_partition, name="partition"),
@@ -1379,7 +1390,7 @@ PACK_SFT = register(OpInfo(
     op="sft",
     function="pack_sft",
     valid=pack_cases(),
-    invalid=bad_pack_cases(),
+    invalid=hs.one_or_two_defects(bad_pack_cases, pack_cases(), oracle.pack_sft),
     compare=assert_identical,
     properties=[
         Property.of(prop_pack_shapes, name="shapes_and_dtypes"),

@@ -64,17 +64,20 @@ def required_multiple_cases(draw) -> Case:
 
 
 @st.composite
-def bad_required_multiple_cases(draw) -> BadCase:
+def bad_required_multiple_cases(draw, *, valid: st.SearchStrategy[Case] | None = None
+                                ) -> BadCase:
+    """One defect on dp_size 2 (no other argument), or on a call `valid` draws."""
     name = draw(st.sampled_from(["dp_size", "mini_batch_size", "critic_mini_batch_size", "n",
                                  "actor_updates"]))
+    good = draw(valid) if valid is not None else Case((2,))
     if name == "actor_updates":  # a flag, not a size: 1 and None are not bools
         value = draw(st.sampled_from([1, None, "yes"]))
-        return BadCase(Case((2,), {name: value}), TypeError, f"actor_updates={value!r}")
+        return BadCase(hs.with_argument(good, ("dp_size",), name, value), TypeError,
+                       f"actor_updates={value!r}")
     value = draw(st.sampled_from([0, -1, 2.0, True]))
     raises = ValueError if isinstance(value, int) and not isinstance(value, bool) else TypeError
-    if name == "dp_size":
-        return BadCase(Case((value,)), raises, f"dp_size={value!r}")
-    return BadCase(Case((2,), {name: value}), raises, f"{name}={value!r}")
+    return BadCase(hs.with_argument(good, ("dp_size",), name, value), raises,
+                   f"{name}={value!r}")
 
 
 def _sizes(case: Case) -> list[int]:
@@ -259,13 +262,15 @@ def pad_to_multiple_cases(draw) -> Case:
 
 
 @st.composite
-def bad_pad_to_multiple_cases(draw) -> BadCase:
+def bad_pad_to_multiple_cases(draw, *, valid: st.SearchStrategy[Case] | None = None
+                              ) -> BadCase:
+    """One defect on a valid call (`valid`, default `pad_to_multiple_cases()`)."""
     # the defect before the valid call: drawn after it, Hypothesis favours the first kind
     kind = draw(st.sampled_from(["multiple_zero", "multiple_type", "no_layout", "uids_list",
                                  "nested", "min_length_small", "min_length_wide", "eos_type",
                                  "is_padding_dtype", "jagged", "layout", "not_td",
                                  "no_batch_dim", "no_input_ids", "field_shape"]))
-    good = draw(pad_to_multiple_cases())
+    good = draw(valid if valid is not None else pad_to_multiple_cases())
     td, multiple = good.args
     kwargs = dict(good.kwargs)
     batch = td.batch_size[0]
@@ -602,6 +607,8 @@ def real_rows_cases(draw) -> Case:
 
 @st.composite
 def bad_real_rows_cases(draw) -> BadCase:
+    """One defect on a fixed batch. No `valid=`: the call has one argument, so no two defects
+    on different arguments (two_defects)."""
     td = _batch([[1], [2]], [[3], [4]])
     kind = draw(st.sampled_from(["int_flags", "not_td", "uids_list", "no_batch_dim"]))
     if kind == "int_flags":
@@ -669,49 +676,63 @@ def stepwise_cases(draw) -> Case:
 
 
 @st.composite
-def bad_stepwise_cases(draw) -> BadCase:
-    mask = torch.tensor([[0, 1, 1], [0, 0, 1]])
+def bad_stepwise_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on scalars [1.0], traj_ids [0, 0] and a (2, 3) mask, or on a call `valid`
+    draws; `negative` and `out_of_range` change a trajectory id (the last), `count` adds one."""
+    scalars, ids, mask = draw(valid).args if valid is not None else (
+        [1.0], [0, 0], torch.tensor([[0, 1, 1], [0, 0, 1]]))
     kind = draw(st.sampled_from(["out_of_range", "negative", "count", "mask_3d", "mask_value",
                                  "not_finite", "float_ids", "mask_list", "ids_2d", "ids_type",
                                  "id_type", "scalars_2d", "scalars_bool", "scalars_type",
                                  "scalar_type"]))
+    last = len(ids) - 1
     if kind == "mask_list":
-        return BadCase(Case(([1.0], [0, 0], mask.tolist())), TypeError, "mask is a list")
+        return BadCase(Case((scalars, ids, mask.tolist())), TypeError, "mask is a list")
     if kind == "ids_2d":
-        return BadCase(Case(([1.0], torch.zeros(2, 1, dtype=torch.int64), mask)), ValueError,
-                       "traj_ids tensor is 2-D")
+        return BadCase(Case((scalars, torch.tensor(ids, dtype=torch.int64)[:, None], mask)),
+                       ValueError, "traj_ids tensor is 2-D")
     if kind == "ids_type":
-        ids = draw(st.sampled_from(["00", 0, None]))
-        return BadCase(Case(([1.0], ids, mask)), TypeError, "traj_ids is not a sequence")
+        bad = draw(st.sampled_from(["00", 0, None]))
+        return BadCase(Case((scalars, bad, mask)), TypeError, "traj_ids is not a sequence")
     if kind == "id_type":
         value = draw(st.sampled_from([0.0, True, "0"]))
-        return BadCase(Case(([1.0], [0, value], mask)), TypeError, "traj_ids[1] is not an int")
+        return BadCase(Case((scalars, ids[:-1] + [value], mask)), TypeError,
+                       f"traj_ids[{last}] is not an int")
     if kind == "scalars_2d":
-        return BadCase(Case((torch.ones(1, 1), [0, 0], mask)), ValueError, "scalars is 2-D")
+        return BadCase(Case((torch.tensor([scalars], dtype=torch.float32), ids, mask)),
+                       ValueError, "scalars is 2-D")
     if kind == "scalars_bool":
         values = draw(st.sampled_from([torch.tensor([True]), torch.tensor([1j])]))
-        return BadCase(Case((values, [0, 0], mask)), TypeError, f"scalars are {values.dtype}")
+        return BadCase(Case((values, ids, mask)), TypeError, f"scalars are {values.dtype}")
     if kind == "scalars_type":
-        scalars = draw(st.sampled_from(["1.0", 1.0, None]))
-        return BadCase(Case((scalars, [0, 0], mask)), TypeError, "scalars is not a sequence")
+        bad = draw(st.sampled_from(["1.0", 1.0, None]))
+        return BadCase(Case((bad, ids, mask)), TypeError, "scalars is not a sequence")
     if kind == "scalar_type":
         value = draw(st.sampled_from([None, True, "1.0"]))
-        return BadCase(Case(([1.0, value], [0, 0], mask)), TypeError,
-                       "scalars[1] is not a real number")
+        return BadCase(Case((scalars + [value], ids, mask)), TypeError,
+                       f"scalars[{len(scalars)}] is not a real number")
     if kind == "out_of_range":
-        return BadCase(Case(([1.0], [0, 1], mask)), ValueError, "traj_ids[1] = 1 >= 1 scalar")
+        return BadCase(Case((scalars, ids[:-1] + [len(scalars)], mask)), ValueError,
+                       f"traj_ids[{last}] = {len(scalars)} >= {len(scalars)} scalars")
     if kind == "negative":
-        return BadCase(Case(([1.0, 2.0], [0, -1], mask)), ValueError, "traj_ids[1] < 0")
+        return BadCase(Case((scalars, ids[:-1] + [-1], mask)), ValueError,
+                       f"traj_ids[{last}] < 0")
     if kind == "count":
-        return BadCase(Case(([1.0], [0, 0, 0], mask)), ValueError, "3 ids for 2 rows")
-    if kind == "mask_3d":
-        return BadCase(Case(([1.0], [0, 0], mask[None])), ValueError, "mask is 3-D")
-    if kind == "mask_value":
-        return BadCase(Case(([1.0], [0, 0], mask * 2)), ValueError, "mask holds 2")
+        return BadCase(Case((scalars, ids + [0], mask)), ValueError,
+                       f"{len(ids) + 1} ids for {len(ids)} rows")
+    if kind == "mask_value" and mask.numel():
+        bad = mask.to(torch.int64)  # a copy unless int64
+        bad = bad.clone() if bad is mask else bad
+        bad.view(-1)[-1] = 2
+        return BadCase(Case((scalars, ids, bad)), ValueError, "mask holds 2")
+    if kind in ("mask_3d", "mask_value"):
+        return BadCase(Case((scalars, ids, mask[None])), ValueError, "mask is 3-D")
     if kind == "not_finite":
         value = draw(st.sampled_from([float("inf"), float("nan"), 1e39]))
-        return BadCase(Case(([value], [0, 0], mask)), ValueError, "a non-finite float32 scalar")
-    return BadCase(Case(([1.0], torch.tensor([0.0, 0.0]), mask)), TypeError, "float traj_ids")
+        return BadCase(Case((scalars[:-1] + [value], ids, mask)), ValueError,
+                       "a non-finite float32 scalar")
+    return BadCase(Case((scalars, torch.tensor(ids, dtype=torch.float32), mask)), TypeError,
+                   "float traj_ids")
 
 
 def _as_tensors(case: Case) -> Case:
@@ -769,7 +790,8 @@ REQUIRED_MULTIPLE = register(OpInfo(
     op="trainer",
     function="required_multiple",
     valid=required_multiple_cases(),
-    invalid=bad_required_multiple_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_required_multiple_cases, required_multiple_cases(), _reference.required_multiple),
     compare=assert_identical,
     properties=[Property.of(prop_divisible),
                 Property.of(prop_least)],
@@ -782,7 +804,8 @@ PAD_TO_MULTIPLE = register(OpInfo(
     op="trainer",
     function="pad_to_multiple",
     valid=pad_to_multiple_cases(),
-    invalid=bad_pad_to_multiple_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_pad_to_multiple_cases, pad_to_multiple_cases(), _reference.pad_to_multiple),
     compare=assert_identical,
     properties=[
         Property.of(prop_batch_size),
@@ -819,7 +842,8 @@ BROADCAST_STEPWISE_ADVANTAGES = register(OpInfo(
     op="trainer",
     function="broadcast_stepwise_advantages",
     valid=stepwise_cases(),
-    invalid=bad_stepwise_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_stepwise_cases, stepwise_cases(), _reference.broadcast_stepwise_advantages),
     compare=assert_identical,
     properties=[
         Property.of(prop_support_is_mask),

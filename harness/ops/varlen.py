@@ -163,41 +163,45 @@ PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_
 
 
 @st.composite
-def bad_pack_cases(draw) -> BadCase:
-    """Invalid `pack_varlen` calls, one defect each, with the exception type the spec requires."""
+def bad_pack_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """Invalid `pack_varlen` calls, one defect each, with the exception type the spec requires:
+    on drawn samples with no other keyword argument, or on a call `valid` draws (its keyword
+    arguments kept). `empty` and `empty_prompt` change both prompts and responses."""
     kind = draw(st.sampled_from(PACK_DEFECTS))  # first: drawn after the samples, Hypothesis
-    prompts, responses = draw(samples())          # favours the first kind
+    good = draw(valid) if valid is not None else None  # favours the first kind
+    prompts, responses = good.args if good is not None else draw(samples())
+    kw = dict(good.kwargs) if good is not None else {}
     k = draw(st.integers(0, len(prompts) - 1))
     if kind == "pad_token_type":
         value = draw(st.sampled_from([0.0, "0", None, True]))
-        return _bad((prompts, responses), {"pad_token_id": value}, TypeError, "pad_token_id")
+        return _bad((prompts, responses), kw | {"pad_token_id": value}, TypeError, "pad_token_id")
     if kind == "pad_token_range":  # even when there is no tail pad
         value = draw(st.sampled_from([2**63, -2**63 - 1]))
-        return _bad((prompts, responses), {"pad_token_id": value}, ValueError, "pad beyond int64")
+        return _bad((prompts, responses), kw | {"pad_token_id": value}, ValueError, "pad beyond int64")
     if kind == "multiple_type":
         value = draw(st.sampled_from([2.0, "4", True]))
-        return _bad((prompts, responses), {"pad_to_multiple": value}, TypeError, "multiple type")
+        return _bad((prompts, responses), kw | {"pad_to_multiple": value}, TypeError, "multiple type")
     if kind == "multiple_zero":
         value = draw(st.sampled_from([0, -1]))
-        return _bad((prompts, responses), {"pad_to_multiple": value}, ValueError, "multiple < 1")
+        return _bad((prompts, responses), kw | {"pad_to_multiple": value}, ValueError, "multiple < 1")
     if kind == "start_type":
         value = draw(st.sampled_from([2.0, "2", True]))
-        return _bad((prompts, responses), {"position_ids_start": value}, TypeError,
+        return _bad((prompts, responses), kw | {"position_ids_start": value}, TypeError,
                     "position_ids_start type")
     if kind == "start_negative":
-        return _bad((prompts, responses), {"position_ids_start": -1}, ValueError,
+        return _bad((prompts, responses), kw | {"position_ids_start": -1}, ValueError,
                     "position_ids_start < 0")
     if kind == "count":
-        return _bad((prompts + [[1]], responses), {}, ValueError, "counts differ")
+        return _bad((prompts + [[1]], responses), kw, ValueError, "counts differ")
     if kind == "empty":
-        return _bad(([], []), {}, ValueError, "empty batch")
+        return _bad(([], []), kw, ValueError, "empty batch")
     if kind == "not_a_sequence":
-        return _bad((draw(st.sampled_from([5, "12", None])), responses), {}, TypeError,
+        return _bad((draw(st.sampled_from([5, "12", None])), responses), kw, TypeError,
                     "prompts is not a sequence")
     if kind == "empty_prompt":
         prompts, responses = list(prompts), list(responses)
         prompts[k], responses[k] = [], responses[k] or [5]
-        return _bad((prompts, responses), {}, ValueError, f"p == 0 < r in sample {k}")
+        return _bad((prompts, responses), kw, ValueError, f"p == 0 < r in sample {k}")
     rows = [list(r) for r in prompts]
     if kind == "float_token":
         rows[k] = rows[k] + [1.5]
@@ -205,15 +209,15 @@ def bad_pack_cases(draw) -> BadCase:
         rows[k] = rows[k] + [True]
     elif kind == "row_2d":
         rows[k] = torch.zeros((1, 2), dtype=torch.int64)
-        return _bad((rows, responses), {}, ValueError, f"prompts[{k}] is 2-D")
+        return _bad((rows, responses), kw, ValueError, f"prompts[{k}] is 2-D")
     elif kind == "row_str":
         rows[k] = "abc"
     elif kind == "token_range":  # an id int64 cannot hold (ids beyond int32 are valid)
         rows[k] = rows[k] + [draw(st.sampled_from([2**63, -2**63 - 1]))]
-        return _bad((rows, responses), {}, ValueError, f"prompts[{k}] beyond int64")
+        return _bad((rows, responses), kw, ValueError, f"prompts[{k}] beyond int64")
     else:
         rows[k] = torch.zeros(2)
-    return _bad((rows, responses), {}, TypeError, f"prompts[{k}]: {kind}")
+    return _bad((rows, responses), kw, TypeError, f"prompts[{k}]: {kind}")
 
 
 def _bad(args, kwargs, raises, why, model: ModelSpec | None = None) -> BadCase:
@@ -415,7 +419,7 @@ PACK_VARLEN = register(OpInfo(
     op="varlen",
     function="pack_varlen",
     valid=pack_cases(),
-    invalid=bad_pack_cases(),
+    invalid=hs.one_or_two_defects(bad_pack_cases, pack_cases(), _reference.pack_varlen),
     compare=assert_identical,
     properties=[
         Property.of(prop_layout),
@@ -483,12 +487,12 @@ SEGMENT_DEFECTS = ["jump", "row_start", "mrope_decrease", "start_type", "start_n
 
 
 @st.composite
-def bad_segment_cases(draw) -> BadCase:
+def bad_segment_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
     """Invalid `packed_segments` calls, one defect each: positions no packer writes (a jump or a
     decrease that is not a restart, a row that does not begin at the start), wrong argument
     types, shapes that are neither (B, L) nor (3 | 4, B, L)."""
     kind = draw(st.sampled_from(SEGMENT_DEFECTS))
-    good = draw(segment_cases())
+    good = draw(valid if valid is not None else segment_cases())  # (or on a call `valid` draws)
     (positions,), kwargs = good.args, dict(good.kwargs)
     start = kwargs.get("position_ids_start", 0)
     if kind in ("jump", "row_start", "mrope_decrease"):
@@ -660,7 +664,7 @@ PACKED_SEGMENTS = register(OpInfo(
     op="varlen",
     function="packed_segments",
     valid=segment_cases(),
-    invalid=bad_segment_cases(),
+    invalid=hs.one_or_two_defects(bad_segment_cases, segment_cases(), _reference.packed_segments),
     compare=assert_identical,
     properties=[
         Property.of(prop_segments),
@@ -699,28 +703,31 @@ def unpack_cases(draw) -> Case:
 
 
 @st.composite
-def bad_unpack_cases(draw) -> BadCase:
+def bad_unpack_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect each: on a call with no width but the one the defect sets, or on a call
+    `valid` draws (its width kept)."""
     # the defect before the valid call: drawn after it, Hypothesis favours the first kind
     kind = draw(st.sampled_from(["not_tensor", "int_values", "wrong_size", "narrow", "width_type",
                                  "not_packed", "missing_key"]))
-    good = draw(unpack_cases())
+    good = draw(valid if valid is not None else unpack_cases())
     values, packed = good.args
+    kw = dict(good.kwargs) if valid is not None else {}
     count = packed["predict_index"].shape[0]
     if kind == "not_tensor":
-        return BadCase(Case((values.tolist(), packed)), TypeError, "flat_logprobs is a list")
+        return BadCase(Case((values.tolist(), packed), kw), TypeError, "flat_logprobs is a list")
     if kind == "int_values":
-        return BadCase(Case((values.to(torch.int64), packed)), TypeError, "integer logprobs")
+        return BadCase(Case((values.to(torch.int64), packed), kw), TypeError, "integer logprobs")
     if kind == "wrong_size":
-        return BadCase(Case((torch.zeros(count + packed["input_ids"].shape[1] + 1), packed)),
+        return BadCase(Case((torch.zeros(count + packed["input_ids"].shape[1] + 1), packed), kw),
                        ValueError, "no value per index nor per position")
     if kind == "narrow" and count > 0:
         width = int(packed["response_lengths"].max()) - 1
-        return BadCase(Case((values, packed), {"width": width}), ValueError, "width too small")
+        return BadCase(Case((values, packed), kw | {"width": width}), ValueError, "width too small")
     if kind == "width_type":
-        return BadCase(Case((values, packed), {"width": 3.0}), TypeError, "width is a float")
+        return BadCase(Case((values, packed), kw | {"width": 3.0}), TypeError, "width is a float")
     if kind == "not_packed":
-        return BadCase(Case((values, packed.to_dict())), TypeError, "packed is a dict")
-    return BadCase(Case((values, packed.exclude("predict_index"))), ValueError,
+        return BadCase(Case((values, packed.to_dict()), kw), TypeError, "packed is a dict")
+    return BadCase(Case((values, packed.exclude("predict_index")), kw), ValueError,
                    "packed lacks predict_index")
 
 
@@ -773,7 +780,8 @@ UNPACK = register(OpInfo(
     op="varlen",
     function="unpack_response_logprobs",
     valid=unpack_cases(),
-    invalid=bad_unpack_cases(),
+    invalid=hs.one_or_two_defects(
+        bad_unpack_cases, unpack_cases(), _reference.unpack_response_logprobs),
     compare=assert_identical,
     properties=[Property.of(prop_right_aligned)],
     pins=UNPACK_PINS,
@@ -812,8 +820,10 @@ def unpad_cases() -> st.SearchStrategy[Case]:
 
 
 @st.composite
-def bad_unpad_cases(draw) -> BadCase:
-    x, mask = draw(masked_tensors())
+def bad_unpad_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on drawn (x, mask), or on a call `valid` draws; `mask_value` and `x_1d`
+    replace the whole call."""
+    x, mask = draw(valid).args if valid is not None else draw(masked_tensors())
     kind = draw(st.sampled_from(["float_mask", "mask_1d", "mask_value", "shape", "x_list",
                                  "x_1d", "mask_list"]))
     if kind == "mask_list":
@@ -898,7 +908,7 @@ UNPAD = register(OpInfo(
     op="varlen",
     function="unpad",
     valid=unpad_cases(),
-    invalid=bad_unpad_cases(),
+    invalid=hs.one_or_two_defects(bad_unpad_cases, unpad_cases(), _reference.unpad),
     compare=assert_identical,
     properties=[
         Property.of(prop_unpad_round_trip, name="round_trip"),
@@ -925,8 +935,9 @@ def repad_cases(draw) -> Case:
 
 
 @st.composite
-def bad_repad_cases(draw) -> BadCase:
-    values, indices, batch, seqlen = draw(repad_cases()).args
+def bad_repad_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `repad_cases()`)."""
+    values, indices, batch, seqlen = draw(valid if valid is not None else repad_cases()).args
     kind = draw(st.sampled_from(["duplicate", "outside", "float_indices", "indices_2d", "count",
                                  "negative_batch", "batch_type", "values_list", "indices_list",
                                  "values_0d"]))
@@ -977,7 +988,7 @@ REPAD = register(OpInfo(
     op="varlen",
     function="repad",
     valid=repad_cases(),
-    invalid=bad_repad_cases(),
+    invalid=hs.one_or_two_defects(bad_repad_cases, repad_cases(), _reference.repad),
     compare=assert_identical,
     properties=[Property.of(prop_scatter_back)],
     pins=[Pin("duplicate_indices",
@@ -1045,37 +1056,55 @@ def logprob_cases(draw, *, models: list[ModelSpec] | None = None) -> ModelCase:
 
 
 LOGPROB_DEFECTS = ["empty_prompt", "token_too_large", "negative_token", "over_budget", "packing",
-                   "chunk_size", "with_grad", "not_a_model", "count"]
+                   "chunk_size", "with_grad", "not_a_model", "count", "option_type"]
 
 
 @st.composite
-def bad_logprob_cases(draw) -> BadCase:
+def bad_logprob_cases(draw, *, valid: st.SearchStrategy[ModelCase] | None = None) -> BadCase:
+    """One defect on drawn samples and model (no keyword argument but the defect's), or on a
+    call `valid` draws (its model and keyword arguments kept; `empty_prompt` changes prompts
+    and responses, `over_budget` the prompts and the budget, `not_a_model` the whole call)."""
     kind = draw(st.sampled_from(LOGPROB_DEFECTS))  # first: Hypothesis favours the first kind
-    model = draw(st.sampled_from(model_specs()))
-    prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
-                                      vocab=VOCAB))
-    prompts, responses = [list(p) for p in prompts], [list(r) for r in responses]
+    if valid is None:
+        model = draw(st.sampled_from(model_specs()))
+        prompts, responses = draw(samples(max_rows=MODEL_MAX_ROWS, max_len=MODEL_MAX_LEN,
+                                          vocab=VOCAB))
+        prompts, responses = [list(p) for p in prompts], [list(r) for r in responses]
+        kw = {}
+    else:
+        good = draw(valid)
+        model, (prompts, responses), kw = good.model, good.args, dict(good.kwargs)
     k = draw(st.integers(0, len(prompts) - 1))
     if kind == "empty_prompt":
+        prompts, responses = list(prompts), list(responses)
         prompts[k], responses[k] = [], responses[k] or [5]
-        return _bad((prompts, responses), {}, ValueError, f"p == 0 < r in sample {k}", model)
+        return _bad((prompts, responses), kw, ValueError, f"p == 0 < r in sample {k}", model)
     if kind in ("token_too_large", "negative_token"):
+        prompts = list(prompts)
         prompts[k] = prompts[k] + [VOCAB if kind == "token_too_large" else -1]
-        return _bad((prompts, responses), {}, ValueError, f"prompts[{k}] outside vocab", model)
+        return _bad((prompts, responses), kw, ValueError, f"prompts[{k}] outside vocab", model)
     if kind == "over_budget":
+        prompts = list(prompts)
         prompts[k] = prompts[k] + [1]
         budget = len(prompts[k]) + len(responses[k]) - 1
-        return _bad((prompts, responses), {"max_tokens_per_batch": budget}, ValueError,
+        return _bad((prompts, responses), kw | {"max_tokens_per_batch": budget}, ValueError,
                     f"sample {k} exceeds the budget", model)
     if kind == "packing":
-        return _bad((prompts, responses), {"packing": "flash"}, ValueError, "packing", model)
+        return _bad((prompts, responses), kw | {"packing": "flash"}, ValueError, "packing", model)
     if kind == "chunk_size":
-        return _bad((prompts, responses), {"chunk_size": 0}, ValueError, "chunk_size 0", model)
+        return _bad((prompts, responses), kw | {"chunk_size": 0}, ValueError, "chunk_size 0",
+                    model)
     if kind == "with_grad":
-        return _bad((prompts, responses), {"with_grad": 1}, TypeError, "with_grad int", model)
+        return _bad((prompts, responses), kw | {"with_grad": 1}, TypeError, "with_grad int",
+                    model)
     if kind == "not_a_model":
-        return BadCase(Case((None, prompts, responses)), TypeError, "model is None")
-    return _bad((prompts, responses[:-1] or [[1], [2]]), {}, ValueError, "counts differ", model)
+        return BadCase(Case((None, prompts, responses), kw), TypeError, "model is None")
+    if kind == "option_type":
+        name, value = draw(st.sampled_from([("max_tokens_per_batch", 64.0),
+                                            ("pad_to_multiple", "8"), ("chunk_size", True)]))
+        return _bad((prompts, responses), kw | {name: value}, TypeError, f"{name} not an int",
+                    model)
+    return _bad((prompts, responses[:-1] or [[1], [2]]), kw, ValueError, "counts differ", model)
 
 
 def response_mask(case: Case) -> torch.Tensor:
@@ -1314,7 +1343,7 @@ RESPONSE_LOGPROBS = register(OpInfo(
     op="varlen",
     function="response_logprobs",
     valid=logprob_cases(),
-    invalid=bad_logprob_cases(),
+    invalid=hs.one_or_two_defects(bad_logprob_cases, logprob_cases(), _reference.response_logprobs),
     compare=assert_response_logprobs_close,
     properties=[
         Property.of(prop_zero_off_response),
