@@ -189,15 +189,27 @@ def _late_bound_impl(info: OpInfo) -> Candidate:
     return lambda *args, **kwargs: info.impl(*args, **kwargs)
 
 
+def _pins_on_a_copy(body: Callable[[Case], None], pins) -> Callable[[Case], None]:
+    """`body` run on a copy of a pinned case: a pin is one object for every run of the process,
+    which a candidate that changes its input would otherwise change for the next run (the replay
+    of its failure, later checks) into another input, or an invalid one. A drawn case is a new
+    object each time Hypothesis draws it, and is run as drawn: a copy would lose how its tensors
+    share storage (views of a padded buffer), which some records measure."""
+    pinned = {id(pin) for pin in pins}
+    return lambda case: body(_copy(case) if id(case) in pinned else case)
+
+
 def _given_test(info, check, body, strategy, pins, stats):
+    body = _pins_on_a_copy(body, pins)
+
+    # Hypothesis seeds a derandomized run (`ci`, `mutation`) from this function's source: an
+    # edit of its text draws other inputs in every such run (the zoo's killers at the ci
+    # budget, the regime counts); change what it calls instead
     def test(case):
         stats.examples += 1
         before = _copy(case)  # the candidate may change its input: keep the call as it was made
         try:
-            # and run it on a copy: a pinned case is one object for every run of the process,
-            # which a candidate that changes its input would otherwise change for the next run
-            # (the replay of its failure, later checks) into another input, or an invalid one
-            body(_copy(case))
+            body(case)
         except BaseException:
             stats.failing = before  # Hypothesis replays the minimal failing case last
             raise
