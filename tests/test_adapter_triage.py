@@ -640,3 +640,29 @@ def test_entry_points_are_loaded_once_and_a_broken_one_is_reported(monkeypatch) 
     assert adapters.LOAD_PROBLEMS == [
         "adapter entry point broken (no_such_mod) failed to load: ImportError: no module "
         "named no_such_mod"]
+
+
+def test_a_framework_draws_one_defect_per_call_a_function_of_the_contract_two() -> None:
+    """Which of two simultaneous defects is reported first is owed by an implementation of the
+    contract (`--impl module:function`, `batchproof.check`), not by a framework's function
+    (docs/frameworks.md, "Invalid inputs")."""
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from batchproof import registry
+    from batchproof.adapters import identity_adapter
+    from batchproof.adapters.runner import _invalid_for
+
+    info = registry.get("sft.ffd_bins")
+    framework = Adapter(name="stand_in.ffd", framework="stand_in", record=info.name,
+                        target="m:f", wrap=lambda fn: fn)
+    assert _invalid_for(identity_adapter(info.name, "m:f"), info) is info.invalid
+
+    def defects(strategy) -> list[int]:
+        found: list[int] = []
+        settings(max_examples=60, derandomize=True, database=None, phases=[Phase.generate],
+                 suppress_health_check=list(HealthCheck))(
+            given(strategy)(lambda bad: found.append(1 + bad.why.count(", and "))))()
+        return found
+
+    assert max(defects(info.invalid)) == 2
+    assert set(defects(_invalid_for(framework, info))) == {1}

@@ -33,7 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 from tensordict import TensorDictBase
 
-from batchproof import registry
+from batchproof import blocks, registry
 from batchproof.adapters import (
     Adapter,
     AdapterError,
@@ -186,6 +186,16 @@ class AdapterReport:
 # --------------------------------------------------------------------------- the adapted record
 
 
+def _invalid_for(adapter: Adapter, info: OpInfo):
+    """The record's invalid inputs for this adapter: all of them (one defect or two) for a
+    function of the contract (`--impl module:function`, `batchproof.check`), which owes the
+    reference's first error; one defect per call for a framework's function, whose order of
+    checks is its own (docs/frameworks.md, "Invalid inputs")."""
+    if adapter.framework == "custom" or info.invalid is None:
+        return info.invalid
+    return blocks.one_defect(info.invalid)
+
+
 def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) -> OpInfo:
     """The adapter's record: its domain, forms and outputs, with known-divergence inputs set
     aside (counted and confirmed in `tally`)."""
@@ -212,7 +222,7 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
         return False
 
     valid = (adapter.valid if adapter.valid is not None else info.valid).filter(keep)
-    invalid_base = adapter.invalid if adapter.invalid is not None else info.invalid
+    invalid_base = adapter.invalid if adapter.invalid is not None else _invalid_for(adapter, info)
     invalid = invalid_base.filter(keep) if invalid_base is not None else None
     pins = []
     for pin in info.pins:

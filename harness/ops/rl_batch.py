@@ -615,9 +615,8 @@ BUILD_RL_BATCH = register(OpInfo(
     function="build_rl_batch",
     valid=rl_batch_cases(),
     # one defect, or two on different arguments: the reference's first check decides
-    invalid=st.one_of(bad_rl_batch_cases(), hs.two_defects(
-        lambda valid: bad_rl_batch_cases(valid=valid), rl_batch_cases(),
-        _reference.build_rl_batch)),
+    invalid=hs.one_or_two_defects(bad_rl_batch_cases, rl_batch_cases(),
+                                  _reference.build_rl_batch),
     compare=assert_identical,
     properties=[
         Property.of(prop_shapes_and_dtypes),
