@@ -232,7 +232,18 @@ def micro_unchecked(call: Call) -> bool:
             or (_int(budget) and budget < 1))
 
 
+def micro_budget_not_int(call: Call) -> bool:
+    return isinstance(call.arg("max_tokens"), (float, bool))
+
+
 MICRO_KNOWN = (
+    KnownDivergence(
+        "max_token_len_type_unchecked", micro_budget_not_int, kind="errors", upstream=UPSTREAM,
+        accepts=True, raises=AssertionError,
+        doc="max_token_len is not type-checked: a float (8.0) or a bool (True is 1) is used as a "
+            "number — accepted, or AssertionError when it is below the longest sample; the "
+            "contract raises TypeError (a str or None fails verl's comparison with TypeError, "
+            "as the contract does)."),
     KnownDivergence(
         "micro_batches_checked_by_assert", micro_checked_by_assert, kind="errors",
         upstream=UPSTREAM,
