@@ -406,10 +406,52 @@ def _packed_rows(count: int) -> list[tuple[list[int], list[int]]]:
     return drawn
 
 
+def _mcore_batches(count: int) -> list[tuple[list[list[int]], list[list[bool]]]]:
+    """(B, S) batches and masks, drawn derandomized: 1 to 4 rows of width 1 to 9, each row's
+    real tokens one run of 0 to S at any offset (left and right padding), so that lengths are
+    and are not multiples of 2·cp and some rows are empty."""
+    import hypothesis
+
+    drawn = []
+
+    @st.composite
+    def batches(draw):
+        width = draw(st.integers(1, 9))
+        ids, mask = [], []
+        for _ in range(draw(st.integers(1, 4))):
+            length = draw(st.integers(0, width))
+            start = draw(st.integers(0, width - length))
+            ids.append(draw(st.lists(st.integers(0, 49), min_size=width, max_size=width)))
+            mask.append([start <= s < start + length for s in range(width)])
+        return ids, mask
+
+    @hypothesis.settings(max_examples=count, derandomize=True, database=None, deadline=None,
+                         phases=[hypothesis.Phase.generate],
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(batches())
+    def draw(batch):
+        drawn.append(batch)
+
+    draw()
+    return drawn
+
+
 @pytest.fixture(scope="module")
-def verl_ranks_ran(tmp_path_factory):
+def mcore_batches():
+    """The batches of the Megatron-core CP run, or None when megatron-core is not installed
+    beside verl (verl's Megatron helpers need it; the other runs go on without)."""
+    import importlib.util
+
+    if importlib.util.find_spec("megatron") is None:
+        return None
+    return _mcore_batches(24)
+
+
+@pytest.fixture(scope="module")
+def verl_ranks_ran(tmp_path_factory, mcore_batches):
     """One spawn of 2 gloo ranks running verl's process-group functions on the drawn cases,
-    each as it is and with its planted fault: (dp cases, rows, what each rank got per run)."""
+    each as it is and with its planted fault: (dp cases, rows, what each rank got per run; the
+    Megatron-core runs fifth and sixth, where megatron-core is installed)."""
     import pickle
 
     import torch.distributed as dist
@@ -426,6 +468,8 @@ def verl_ranks_ran(tmp_path_factory):
     rows = _packed_rows(30)
     runs = [("micro_batches", False, cases), ("micro_batches", True, cases),
             ("ulysses", False, rows), ("ulysses", True, rows)]
+    if mcore_batches is not None:
+        runs += [("mcore", False, mcore_batches), ("mcore", True, mcore_batches)]
     folder = tmp_path_factory.mktemp("verl-ranks")
     out = str(folder / "out")
     mp.start_processes(verl_ranks.rank_main,
@@ -478,6 +522,45 @@ def test_verl_ulysses_slices_and_gathers_through_a_real_process_group(verl_ranks
             assert gathered == wanted, (rank, row)
     assert any(g != w for g, w in zip(got[0][3], expected)), (
         "unsliced positions went through the process group unnoticed")
+
+
+def test_verl_mcore_cp_slices_and_gathers_through_a_real_process_group(
+        mcore_batches, verl_ranks_ran) -> None:
+    """verl 0.9.1's Megatron-core CP helpers across 2 real ranks (gloo; Megatron's parallel state
+    initialized with the world as one CP group): each rank takes its zigzag chunks of the ids and
+    positions (`preprocess_packed_seqs`), computes per-token outputs, and
+    `postprocess_packed_seqs` all-gathers them and puts them back in the (B, S) layout. On every
+    rank that must equal the outputs of the whole batch in one process, bit for bit. And it is
+    the contract's layout: verl's padded boundaries are `pad_for_cp`'s, and `cp.unshard` of the
+    ranks' local outputs gives the real row's outputs in order. With each rank slicing as its
+    mirror rank (planted), some batch must come back different."""
+    import torch
+    import verl_ranks
+
+    from batchproof.reference import cp as reference
+
+    if mcore_batches is None:
+        pytest.skip("megatron-core is not installed beside verl (verl's Megatron helpers need it)")
+    _, _, got = verl_ranks_ran
+    planted_differs = False
+    for index, (ids, mask) in enumerate(mcore_batches):
+        batch, real = torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)
+        positions = verl_ranks.positions_in_sequence(real)
+        values = verl_ranks.per_token(batch, positions)
+        wanted = torch.where(real[..., None], values, torch.zeros(())).tolist()
+        for rank in range(2):
+            assert got[rank][4][index][0] == wanted, (rank, ids, mask)
+        planted_differs |= any(got[rank][5][index][0] != wanted for rank in range(2))
+        lengths = real.sum(-1).tolist()
+        cu = [0, *torch.tensor(lengths).cumsum(0).tolist()]
+        padded = reference.pad_for_cp(batch[real].tolist(), cu, cp_size=2)
+        cu_padded = padded["cu_seqlens_padded"].tolist()
+        assert got[0][4][index][2] == cu_padded, (ids, mask)
+        width = len(got[0][4][index][1])
+        local = torch.tensor([got[rank][4][index][1] for rank in range(2)]).reshape(2, width, 2)
+        row = reference.unshard(local, cu, cu_padded, layout="zigzag")
+        assert row.tolist() == [values[real].tolist()], (ids, mask)
+    assert planted_differs, "ranks slicing as their mirror went through the gather unnoticed"
 
 
 def test_verl_position_ids_domain_is_the_valid_inputs(verl) -> None:
@@ -702,3 +785,86 @@ def test_layout_and_output_names_scope_a_function() -> None:
         batchproof.check(left_only_dict, "rl_batch.build_rl_batch", forms=["lists"],
                          output_names={"sequences": "input_ids"}, checks=["equivalence"],
                          max_examples=15)
+
+
+# --------------------------------------------------------------------------- verl's Megatron CP slicing
+
+
+@pytest.fixture
+def verl_mcore():
+    pytest.importorskip("megatron.core")
+    return pytest.importorskip("verl.models.mcore.util")
+
+
+def test_verl_mcore_adapter_registers_without_verl_and_names_its_needs() -> None:
+    """Registering it imports neither verl nor Megatron; it needs megatron-core beside verl."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['verl'] = None; sys.modules['megatron'] = None\n"
+            "import batchproof.adapters.verl_mcore as m\n"
+            "a = m.CP_PACKED_SEQS\n"
+            "assert (a.record, a.distribution, a.needs) == ('cp.shard', 'verl', "
+            "('megatron-core',))\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_adapter_whose_needs_are_missing_is_left_out_with_a_note(monkeypatch, capsys) -> None:
+    """`--impl verl` without megatron-core: the Megatron adapter is named on stderr and not run;
+    the others are; naming it with --adapter keeps it (its import then fails: exit 3)."""
+    from batchproof.adapters import runner
+
+    monkeypatch.setattr(Adapter, "missing_needs",
+                        lambda self: list(self.needs))  # as if none were installed
+    kept = runner.with_their_needs([adapters.get_adapter("verl.cp_packed_seqs"),
+                                    adapters.get_adapter("verl.karmarkar_karp")])
+    assert [a.name for a in kept] == ["verl.karmarkar_karp"]
+    assert "verl.cp_packed_seqs not run: it needs megatron-core" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="needs what is not installed"):
+        runner.with_their_needs([adapters.get_adapter("verl.cp_packed_seqs")])
+    monkeypatch.setattr(runner, "fitting", lambda chosen: chosen)
+    assert [a.name for a in select_adapters("verl", None, "verl.cp_packed_seqs")] == [
+        "verl.cp_packed_seqs"]
+
+
+def test_verl_mcore_has_known_divergences_only(verl_mcore) -> None:
+    from batchproof import registry
+
+    name = "verl.cp_packed_seqs"
+    report = _run(name, registry.get("cp.shard").check_names(), examples=30)
+    assert not report.new, [(o.check, o.detail, o.minimal) for o in report.new]
+    assert not report.unexplained and not report.errors
+    statuses = {o.check: o.status for o in report.outcomes}
+    assert statuses["equivalence"] == "pass", statuses
+    assert statuses["pin:te_1930_last_valid_token_kept"] == "pass", statuses
+    met = {k["name"]: k["status"] for k in report.known}
+    assert met == {"no_sequences_raises": "confirmed"}, report.known
+
+
+def test_verl_mcore_without_its_known_divergence_fails(verl_mcore) -> None:
+    report = _run("verl.cp_packed_seqs", ["equivalence"], without=("no_sequences_raises",))
+    assert report.new and "ValueError" in report.new[0].detail, report.outcomes
+
+
+def test_verl_mcore_sliced_as_the_mirror_rank_fails(verl_mcore) -> None:
+    """The check can fail: verl's function run with the CP rank read as cp - 1 - r (a layout
+    served for another rank) must diverge."""
+    from megatron.core import parallel_state as mpu
+
+    from batchproof.adapters.megatron import RankOfGroup
+    from batchproof.adapters.verl_mcore import shard_adapter
+
+    def mirrored(preprocess):
+        def planted(batch, mask):
+            group = mpu._CONTEXT_PARALLEL_GROUP
+            mpu._CONTEXT_PARALLEL_GROUP = RankOfGroup(group.size(), group.size() - 1 - group.rank())
+            try:
+                return preprocess(batch, mask)
+            finally:
+                mpu._CONTEXT_PARALLEL_GROUP = group
+        return shard_adapter(planted)
+
+    adapter = dataclasses.replace(adapters.get_adapter("verl.cp_packed_seqs"), wrap=mirrored)
+    report = check_adapter(adapter, checks=["equivalence"], max_examples=30,
+                           replay_database=False, derandomize=True)
+    assert report.new and "Mismatch" in report.new[0].detail, report.outcomes

@@ -13,6 +13,14 @@ what each run gave it. Two kinds of run:
   of the world (`ulysses_pad_and_slice_inputs`), each rank computes per-token outputs of its
   slice, and `gather_outputs_and_unpad` all-gathers them and drops the pad. Planted: the
   positions left unsliced (verl's `skip_position_ids_rmpad`: every rank reads the first slice's).
+- `mcore` (context parallel, Megatron-core's parallel state initialized over the world as one CP
+  group): every rank has the whole (B, S) batch and its mask; verl's `preprocess_packed_seqs`
+  gives the rank its zigzag chunks of the ids and of the positions, the rank computes per-token
+  outputs, and `postprocess_packed_seqs` all-gathers them over the CP group and puts them back in
+  the (B, S) layout. Each rank returns that and its own local outputs and padded boundaries.
+  Planted: the rank slices as the mirror rank (cp - 1 - r) while the gather puts it at r (a
+  layout reassembled as another, slime #1871's class). Runs only where megatron-core is
+  installed beside verl.
 
 The parent compares what came back with what one process computes.
 """
@@ -53,6 +61,7 @@ def rank_main(rank: int, world: int, rendezvous: str, runs, out_path: str) -> No
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=300))
     results = []
+    mpu = _megatron_cp_group(world) if any(kind == "mcore" for kind, _, _ in runs) else None
     try:
         ulysses.set_ulysses_sequence_parallel_group(dist.group.WORLD)
         for kind, planted, payload in runs:
@@ -60,12 +69,16 @@ def rank_main(rank: int, world: int, rendezvous: str, runs, out_path: str) -> No
                 results.append([seqlen.rearrange_micro_batches(
                     padded_batch(per_rank[rank]), max_tokens, dp_group=dist.group.WORLD,
                     same_micro_num_in_dp=not planted)[1] for per_rank, max_tokens in payload])
+            elif kind == "mcore":
+                results.append([_mcore(mpu, world, ids, mask, planted) for ids, mask in payload])
             else:
                 results.append([_ulysses(ulysses, world, ids, positions, planted)
                                 for ids, positions in payload])
         dist.barrier()
     finally:
         ulysses.set_ulysses_sequence_parallel_group(None)
+        if mpu is not None:
+            mpu.destroy_model_parallel()
         dist.destroy_process_group()
     with open(f"{out_path}.{rank}", "wb") as handle:
         pickle.dump(results, handle)
@@ -78,3 +91,35 @@ def _ulysses(ulysses, world: int, ids: list[int], positions: list[int], planted:
     local = per_token(local_ids, local_pos[:, :local_ids.shape[1]])
     return ulysses.gather_outputs_and_unpad(local, gather_dim=1, unpad_dim=1,
                                             padding_size=pad).tolist()
+
+
+def _megatron_cp_group(world: int):
+    """Megatron-core's parallel state with the whole world as one context-parallel group (TP,
+    PP and DP of 1), over the gloo default group."""
+    from megatron.core import parallel_state as mpu
+
+    mpu.initialize_model_parallel(context_parallel_size=world)
+    assert mpu.get_context_parallel_world_size() == world
+    return mpu
+
+
+def positions_in_sequence(mask: torch.Tensor) -> torch.Tensor:
+    """(B, S) int64: each real token's position in its sequence (0 where masked out)."""
+    return ((mask.cumsum(-1) - 1) * mask).to(torch.int64)
+
+
+def _mcore(mpu, world: int, ids: list, mask: list, planted: bool) -> tuple:
+    from verl.models.mcore import util
+
+    batch, real = torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)
+    true_rank = mpu.get_context_parallel_rank
+    if planted:
+        mpu.get_context_parallel_rank = lambda: world - 1 - true_rank()
+    try:
+        local_ids, params = util.preprocess_packed_seqs(batch, real)
+        local_pos, _ = util.preprocess_packed_seqs(positions_in_sequence(real), real)
+    finally:
+        mpu.get_context_parallel_rank = true_rank
+    local = per_token(local_ids, local_pos)
+    whole = util.postprocess_packed_seqs(local, params, real, batch.shape[0], batch.shape[1])
+    return whole.tolist(), local[0].tolist(), params.cu_seqlens_q_padded.tolist()

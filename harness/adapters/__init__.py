@@ -69,7 +69,8 @@ from batchproof.registry import BadCase, Candidate, Case
 
 # batchproof's own adapter modules, one per framework (each imports its framework only when an
 # adapter is loaded); a module that is not there is skipped
-FRAMEWORK_MODULES = ("skyrl", "skyrl_sft", "verl", "huggingface", "trl", "openrlhf", "megatron")
+FRAMEWORK_MODULES = ("skyrl", "skyrl_sft", "verl", "verl_mcore", "huggingface", "trl", "openrlhf",
+                     "megatron")
 
 
 def _always(call: Case) -> bool:
@@ -187,6 +188,10 @@ class Adapter:
     importing: Callable[[], AbstractContextManager] | None = None
     # the scope it was narrowed to (`Scope.narrow`): what the report and its replay line say
     scope: Scope = field(default_factory=lambda: Scope())
+    # PyPI distributions the target imports beyond `distribution` (a framework's optional
+    # dependency: verl's Megatron helpers need megatron-core); without them `--impl FRAMEWORK`
+    # leaves the adapter out with a note, and naming it with --adapter is batchproof's error
+    needs: tuple[str, ...] = ()
 
     def fits(self, version: str) -> bool:
         """Whether this adapter is for `version` of its distribution (any, without `versions`)."""
@@ -238,6 +243,10 @@ class Adapter:
 
     def version(self) -> str:
         return distribution_version(self.distribution)
+
+    def missing_needs(self) -> list[str]:
+        """The distributions of `needs` that are not installed."""
+        return [name for name in self.needs if distribution_version(name) == "not installed"]
 
     def without(self, *names: str) -> Adapter:
         """A copy with the named known divergences removed (to see them fail as new ones)."""

@@ -597,7 +597,27 @@ def select_adapters(impl: str | None, ops: list[str] | None, adapter: str | None
     if not chosen:
         names = [a.name for a in all_adapters() if a.framework == impl]
         raise ValueError(f"no {impl} adapter for --op {ops} --adapter {adapter}; known: {names}")
-    return fitting(chosen)
+    chosen = fitting(chosen)
+    return chosen if adapter else with_their_needs(chosen)
+
+
+def with_their_needs(adapters: list[Adapter]) -> list[Adapter]:
+    """Those whose `needs` are installed; each one left out is named on stderr (not run, not a
+    failure: the framework runs without that optional dependency too). All left out is a
+    usage error."""
+    kept = []
+    for chosen in adapters:
+        missing = chosen.missing_needs()
+        if missing:
+            print(f"batchproof: note: {chosen.name} not run: it needs {', '.join(missing)}, "
+                  f"not installed beside {chosen.distribution} (docs/frameworks.md)",
+                  file=sys.stderr)
+        else:
+            kept.append(chosen)
+    if not kept:
+        raise ValueError(f"every selected adapter needs what is not installed: "
+                         f"{sorted({n for a in adapters for n in a.missing_needs()})}")
+    return kept
 
 
 def fitting(adapters: list[Adapter]) -> list[Adapter]:

@@ -1,0 +1,218 @@
+"""verl's Megatron-core CP slicing (verl 0.9.1 with megatron-core 0.16.1; docs/cp.md, "Adapters").
+
+    cp.shard                  verl.models.mcore.util.preprocess_packed_seqs(x, attention_mask):
+      (verl.cp_packed_seqs)     a (B, S, ...) batch's real tokens (by mask), each sequence padded
+                                with zeros to a multiple of 2·cp·tp, and this CP rank's zigzag
+                                chunks r and 2·cp-1-r of every sequence, as one (1, n, ...) row
+
+verl calls it on every per-token field of a micro-batch (input ids, labels, label masks,
+multimodal values) with the same mask, and `postprocess_packed_seqs` all-gathers the ranks'
+outputs and puts them back in the (B, S) layout (that one needs a real process group: it is
+checked across real ranks by `tests/test_adapters.py`, not here).
+
+The adapter gives verl what a verl rank has: for each per-token field of the contract's padded
+row, the real tokens of every sequence as one row of a right-padded (S, max l, ...) batch, and the
+mask of those real tokens. verl reads the CP rank and size, and the TP size it aligns to, from
+Megatron's parallel state (`megatron.core.parallel_state`): the adapter initializes a one-process
+gloo group (as the Megatron adapter does) and, for each rank the contract asks for, sets the
+context-parallel group to an object answering that rank and `cp_size` and the TP world size to 1;
+the state is put back after each call. What it returns, per rank:
+
+    every compared per-token field   verl's output for that field
+    token_index                      verl's output for the real tokens' indices + 1, minus 1 (a
+                                     field like any other: -1 where verl wrote a pad)
+    cu_seqlens_padded                verl's `PackedSeqParams.cu_seqlens_q_padded` // cp: where
+                                     each sequence starts on a rank (verl's own start_idx)
+
+verl writes zeros at the pads of every field and computes the padding itself from the mask, so
+its inputs are the contract's padded rows padded as verl pads (every span `roundup(l, 2·cp)`,
+`l` for cp = 1) whose pads hold 0 (`pad_token_id=0`, a caller's field zero there); zigzag only
+(verl has no other THD layout). `position_ids` and `labels` are not compared: verl shards neither
+with this function the contract's way (positions come from the boundaries in Megatron's rotary
+embedding; labels are shifted on the padded batch, 0 at pads where the contract has
+`ignore_index`). An invalid padded row has no verl form (verl takes a batch and a mask, not a
+padded row): the `errors` check does not apply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+from tensordict import TensorDict, TensorDictBase
+
+from batchproof import blocks as hs
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
+from batchproof.adapters.megatron import RankOfGroup, default_group
+from batchproof.ops import cp as cp_op
+from batchproof.reference import cp as _reference
+from batchproof.registry import Case
+
+MCORE_UTIL = "verl.models.mcore.util"
+UPSTREAM = "verl/models/mcore/util.py, preprocess_packed_seqs (verl 0.9.1)"
+NOT_COMPARED = ("position_ids", "labels", "padded_index", "cu_seqlens", "rank", "cp_size",
+                "layout")
+BOUNDARIES = ("cu_seqlens", "cu_seqlens_padded")
+
+
+@contextlib.contextmanager
+def megatron_cp_rank(cp_size: int, rank: int) -> Iterator[None]:
+    """Megatron's parallel state as rank `rank` of a CP group of `cp_size` sees it (TP 1)."""
+    from megatron.core import parallel_state as mpu
+
+    default_group()
+    saved = mpu._CONTEXT_PARALLEL_GROUP, mpu._MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE
+    mpu._CONTEXT_PARALLEL_GROUP = RankOfGroup(cp_size, rank)
+    mpu.set_tensor_model_parallel_world_size(1)
+    try:
+        yield
+    finally:
+        mpu._CONTEXT_PARALLEL_GROUP, mpu._MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE = saved
+
+
+def per_token_fields(padded: Any) -> list[str]:
+    """The padded row's per-token tensor fields that verl is given (boundaries and the fields
+    not compared left out), input_ids first."""
+    keys = [key for key in padded.keys() if key not in BOUNDARIES + NOT_COMPARED
+            and isinstance(padded[key], torch.Tensor)]
+    return sorted(keys, key=lambda key: key != "input_ids")
+
+
+def as_verl_batch(field: torch.Tensor, cu: list[int], cu_padded: list[int]):
+    """A (1, Tp, ...) field of the padded row → (S, max l, ...) rows of each sequence's real
+    values, right-padded with zeros, and the (S, max l) bool mask of the real ones.
+
+        padded row   a a a . | b .            cu [0, 3, 4]   cu_padded [0, 4, 6]
+        batch        a a a                    mask  1 1 1
+                     b 0 0                          1 0 0
+    """
+    lengths = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
+    width = max(lengths, default=0)
+    batch = field.new_zeros((len(lengths), width, *field.shape[2:]))
+    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
+    for i, length in enumerate(lengths):
+        start = cu_padded[i]
+        batch[i, :length] = field[0, start:start + length]
+        mask[i, :length] = True
+    return batch, mask
+
+
+def real_indices(cu: list[int]) -> torch.Tensor:
+    """(1, T) int64: each real token's index in the real row, + 1 (0 is what verl writes at a
+    pad), laid out as a padded row's field would be by `as_verl_batch`'s caller."""
+    return torch.arange(1, cu[-1] + 1, dtype=torch.int64).reshape(1, -1)
+
+
+def shard_adapter(preprocess: Callable[..., Any]) -> Callable[..., Any]:
+    def shard(padded, *, cp_size, layout="zigzag", cp_rank=None):
+        cu = padded["cu_seqlens"].tolist()
+        cu_padded = padded["cu_seqlens_padded"].tolist()
+        fields = {key: as_verl_batch(padded[key], cu, cu_padded)
+                  for key in per_token_fields(padded)}
+        index_batch = as_verl_batch(real_indices(cu), cu, cu)
+        ranks = range(cp_size) if cp_rank is None else [cp_rank]
+        out: dict[str, list[torch.Tensor]] = {key: [] for key in
+                                              [*fields, "token_index", "cu_seqlens_padded"]}
+        for rank in ranks:
+            with megatron_cp_rank(cp_size, rank):
+                for key, (batch, mask) in fields.items():
+                    out[key].append(preprocess(batch, mask)[0][0])
+                local, params = preprocess(*index_batch)
+            out["token_index"].append(local[0] - 1)
+            out["cu_seqlens_padded"].append(params.cu_seqlens_q_padded // cp_size)
+        return TensorDict({key: torch.stack(values) for key, values in out.items()},
+                          batch_size=[len(ranks)])
+
+    return shard
+
+
+# --------------------------------------------------------------------------- domain
+
+
+def _padded(call: Call) -> Any:
+    padded = call.arg("padded")
+    return padded if isinstance(padded, (dict, TensorDictBase)) else None
+
+
+def padded_as_verl_pads(call: Call) -> bool:
+    """A valid zigzag call on a padded row padded as verl pads (every span roundup(l, 2·cp), l
+    for cp = 1) with 0 at every pad of every field verl is given."""
+    padded = _padded(call)
+    if not call.valid or padded is None or call.arg("layout") != "zigzag":
+        return False
+    cp_size = call.arg("cp_size")
+    step = cp_op.step_of(cp_size)
+    cu = padded["cu_seqlens"].tolist()
+    cu_padded = padded["cu_seqlens_padded"].tolist()
+    spans = [(cu_padded[i], cu_padded[i + 1], cu[i + 1] - cu[i]) for i in range(len(cu) - 1)]
+    if any(end - start != -(-length // step) * step for start, end, length in spans):
+        return False
+    for key in per_token_fields(padded):
+        field = padded[key]
+        for start, end, length in spans:
+            if bool((field[0, start + length:end] != 0).any()):
+                return False
+    return True
+
+
+@st.composite
+def verl_padded_cases(draw) -> Case:
+    """The record's shard inputs as a verl rank has them: pad_for_cp's row with pad 0 and a
+    caller's float field that is 0 at the pads; zigzag (or the default), every rank or one."""
+    cp_size = draw(cp_op.cp_sizes())
+    ids, cu = draw(cp_op.packed_rows(cp_size))
+    mask = draw(cp_op.loss_masks(len(ids)))
+    td = _reference.pad_for_cp(ids, cu, cp_size=cp_size, loss_mask=mask, pad_token_id=0)
+    if draw(st.booleans()):
+        cu_padded = td["cu_seqlens_padded"].tolist()
+        values = torch.zeros(1, td["input_ids"].shape[1], 2, dtype=torch.float32)
+        for i in range(len(cu) - 1):
+            length = cu[i + 1] - cu[i]
+            real = draw(st.lists(hs.float32s(), min_size=2 * length, max_size=2 * length))
+            values[0, cu_padded[i]:cu_padded[i] + length] = torch.tensor(
+                real, dtype=torch.float32).reshape(length, 2)
+        td["old_logprobs"] = values
+    kwargs: dict[str, Any] = {"cp_size": cp_size}
+    if draw(st.booleans()):
+        kwargs["layout"] = "zigzag"
+    if draw(st.integers(0, 3)) == 0:
+        kwargs["cp_rank"] = draw(st.integers(0, cp_size - 1))
+    return Case((td,), kwargs)
+
+
+def no_sequences(call: Call) -> bool:
+    """A valid row of S = 0 sequences (`cu_seqlens` = [0]): verl's micro-batch of 0 rows."""
+    padded = _padded(call)
+    return call.valid and padded is not None and padded["cu_seqlens"].numel() == 1
+
+
+KNOWN = (
+    KnownDivergence(
+        "no_sequences_raises", no_sequences,
+        "a batch of 0 sequences raises ValueError (the longest padded length is `max()` of an "
+        "empty list) where the contract gives every rank 0 tokens",
+        kind="valid", upstream=UPSTREAM, raises=ValueError),
+)
+
+CP_PACKED_SEQS = register_adapter(Adapter(
+    name="verl.cp_packed_seqs",
+    framework="verl",
+    record="cp.shard",
+    target=f"{MCORE_UTIL}:preprocess_packed_seqs",
+    wrap=shard_adapter,
+    distribution="verl",
+    versions="~=0.9.1",
+    needs=("megatron-core",),
+    doc="verl's Megatron-core CP slicing (zigzag, every per-token field, zeros at pads) against "
+        "shard; token_index from verl's slicing of the real tokens' indices",
+    forms=None,
+    supports=padded_as_verl_pads,
+    valid=verl_padded_cases(),
+    known=KNOWN,
+    not_provided=NOT_COMPARED,
+    skip={"errors": "verl takes a batch and a mask, not a padded row: an invalid padded row "
+                    "has no verl form (the adapter builds verl's inputs from valid rows)"},
+))
