@@ -530,9 +530,11 @@ def test_verl_mcore_cp_slices_and_gathers_through_a_real_process_group(
     initialized with the world as one CP group): each rank takes its zigzag chunks of the ids and
     positions (`preprocess_packed_seqs`), computes per-token outputs, and
     `postprocess_packed_seqs` all-gathers them and puts them back in the (B, S) layout. On every
-    rank that must equal the outputs of the whole batch in one process, bit for bit. And it is
-    the contract's layout: verl's padded boundaries are `pad_for_cp`'s, and `cp.unshard` of the
-    ranks' local outputs gives the real row's outputs in order. With each rank slicing as its
+    rank that must equal the outputs of the whole batch in one process, bit for bit; so must the
+    same through verl's THD engine (nested batch, its own positions, `postprocess_thd_engine`:
+    one row per sequence). And it is the contract's layout: verl's padded boundaries are
+    `pad_for_cp`'s, and `cp.unshard` of the ranks' local outputs gives the real row's outputs
+    in order. With each rank slicing as its
     mirror rank (planted), some batch must come back different."""
     import torch
     import verl_ranks
@@ -542,15 +544,18 @@ def test_verl_mcore_cp_slices_and_gathers_through_a_real_process_group(
     if mcore_batches is None:
         pytest.skip("megatron-core is not installed beside verl (verl's Megatron helpers need it)")
     _, _, got = verl_ranks_ran
-    planted_differs = False
+    planted_differs = planted_thd = False
     for index, (ids, mask) in enumerate(mcore_batches):
         batch, real = torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)
         positions = verl_ranks.positions_in_sequence(real)
         values = verl_ranks.per_token(batch, positions)
         wanted = torch.where(real[..., None], values, torch.zeros(())).tolist()
+        per_sequence = [values[row][real[row]].tolist() for row in range(len(ids))]
         for rank in range(2):
             assert got[rank][4][index][0] == wanted, (rank, ids, mask)
+            assert got[rank][4][index][3] == per_sequence, (rank, ids, mask)
         planted_differs |= any(got[rank][5][index][0] != wanted for rank in range(2))
+        planted_thd |= any(got[rank][5][index][3] != per_sequence for rank in range(2))
         lengths = real.sum(-1).tolist()
         cu = [0, *torch.tensor(lengths).cumsum(0).tolist()]
         padded = reference.pad_for_cp(batch[real].tolist(), cu, cp_size=2)
@@ -560,7 +565,8 @@ def test_verl_mcore_cp_slices_and_gathers_through_a_real_process_group(
         local = torch.tensor([got[rank][4][index][1] for rank in range(2)]).reshape(2, width, 2)
         row = reference.unshard(local, cu, cu_padded, layout="zigzag")
         assert row.tolist() == [values[real].tolist()], (ids, mask)
-    assert planted_differs, "ranks slicing as their mirror went through the gather unnoticed"
+    assert planted_differs and planted_thd, (
+        "ranks slicing as their mirror went through the gather unnoticed")
 
 
 def test_verl_position_ids_domain_is_the_valid_inputs(verl) -> None:
@@ -803,8 +809,8 @@ def test_verl_mcore_adapter_registers_without_verl_and_names_its_needs() -> None
 
     code = ("import sys; sys.modules['verl'] = None; sys.modules['megatron'] = None\n"
             "import batchproof.adapters.verl_mcore as m\n"
-            "a = m.CP_PACKED_SEQS\n"
-            "assert (a.record, a.distribution, a.needs) == ('cp.shard', 'verl', "
+            "for a in (m.CP_PACKED_SEQS, m.THD_ENGINE):\n"
+            "    assert (a.record, a.distribution, a.needs) == ('cp.shard', 'verl', "
             "('megatron-core',))\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -827,10 +833,15 @@ def test_an_adapter_whose_needs_are_missing_is_left_out_with_a_note(monkeypatch,
         "verl.cp_packed_seqs"]
 
 
-def test_verl_mcore_has_known_divergences_only(verl_mcore) -> None:
+MCORE_ADAPTERS = {"verl.cp_packed_seqs": {"no_sequences_raises"},
+                  "verl.cp_thd_engine": {"no_sequences_raises",
+                                         "contiguous_needs_cp_partition_mode"}}
+
+
+@pytest.mark.parametrize("name", MCORE_ADAPTERS)
+def test_verl_mcore_has_known_divergences_only(verl_mcore, name: str) -> None:
     from batchproof import registry
 
-    name = "verl.cp_packed_seqs"
     report = _run(name, registry.get("cp.shard").check_names(), examples=30)
     assert not report.new, [(o.check, o.detail, o.minimal) for o in report.new]
     assert not report.unexplained and not report.errors
@@ -838,33 +849,72 @@ def test_verl_mcore_has_known_divergences_only(verl_mcore) -> None:
     assert statuses["equivalence"] == "pass", statuses
     assert statuses["pin:te_1930_last_valid_token_kept"] == "pass", statuses
     met = {k["name"]: k["status"] for k in report.known}
-    assert met == {"no_sequences_raises": "confirmed"}, report.known
+    assert met == dict.fromkeys(MCORE_ADAPTERS[name], "confirmed"), report.known
 
 
-def test_verl_mcore_without_its_known_divergence_fails(verl_mcore) -> None:
-    report = _run("verl.cp_packed_seqs", ["equivalence"], without=("no_sequences_raises",))
+@pytest.mark.parametrize("name, known", [(name, known) for name, names in MCORE_ADAPTERS.items()
+                                         for known in sorted(names)])
+def test_verl_mcore_without_a_known_divergence_fails(verl_mcore, name: str, known: str) -> None:
+    report = _run(name, ["equivalence"], without=(known,))
     assert report.new and "ValueError" in report.new[0].detail, report.outcomes
 
 
-def test_verl_mcore_sliced_as_the_mirror_rank_fails(verl_mcore) -> None:
+@pytest.mark.parametrize("name", MCORE_ADAPTERS)
+def test_verl_mcore_sliced_as_the_mirror_rank_fails(verl_mcore, name: str) -> None:
     """The check can fail: verl's function run with the CP rank read as cp - 1 - r (a layout
     served for another rank) must diverge."""
     from megatron.core import parallel_state as mpu
 
     from batchproof.adapters.megatron import RankOfGroup
-    from batchproof.adapters.verl_mcore import shard_adapter
 
     def mirrored(preprocess):
-        def planted(batch, mask):
+        def planted(*args, **kwargs):
             group = mpu._CONTEXT_PARALLEL_GROUP
             mpu._CONTEXT_PARALLEL_GROUP = RankOfGroup(group.size(), group.size() - 1 - group.rank())
             try:
-                return preprocess(batch, mask)
+                return preprocess(*args, **kwargs)
             finally:
                 mpu._CONTEXT_PARALLEL_GROUP = group
-        return shard_adapter(planted)
+        return planted
 
-    adapter = dataclasses.replace(adapters.get_adapter("verl.cp_packed_seqs"), wrap=mirrored)
+    adapter = adapters.get_adapter(name)
+    wrap = adapter.wrap
+    adapter = dataclasses.replace(adapter, wrap=lambda preprocess: wrap(mirrored(preprocess)))
     report = check_adapter(adapter, checks=["equivalence"], max_examples=30,
                            replay_database=False, derandomize=True)
     assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
+
+
+def test_verl_thd_engine_positions_are_the_contracts_at_every_real_token(verl_mcore) -> None:
+    """`preprocess_thd_engine` also returns each rank's position ids. At every real token they
+    are the contract's (`cp.shard`'s position_ids, by `token_index`); at pads they are not
+    compared by the check (docs/cp.md: the first chunk's pads run on, the second chunk's are
+    0 where the contract's positions run through the pad). Zigzag, 40 derandomized rows."""
+    import hypothesis
+
+    from batchproof.adapters.verl_mcore import as_nested, megatron_cp_rank
+    from batchproof.ops import cp as cp_op
+    from batchproof.reference import cp as reference
+
+    seen = {"real": 0, "pad_differs": 0}
+
+    @hypothesis.settings(max_examples=40, derandomize=True, database=None, deadline=None,
+                         phases=[hypothesis.Phase.generate])
+    @hypothesis.given(st.integers(2, 4).flatmap(
+        lambda cp: st.tuples(st.just(cp), cp_op.packed_rows(cp, min_sequences=1))))
+    def positions_agree(drawn):
+        cp_size, (ids, cu) = drawn
+        padded = reference.pad_for_cp(ids, cu, cp_size=cp_size)
+        want = reference.shard(padded, cp_size=cp_size)
+        nested = as_nested(padded["input_ids"], cu, padded["cu_seqlens_padded"].tolist())
+        for rank in range(cp_size):
+            with megatron_cp_rank(cp_size, rank):
+                _, _, positions = verl_mcore.preprocess_thd_engine(nested)
+            real = want["token_index"][rank] >= 0
+            assert positions[0][real].tolist() == want["position_ids"][rank][real].tolist()
+            seen["real"] += int(real.sum())
+            seen["pad_differs"] += int((positions[0][~real] != want["position_ids"][rank][~real])
+                                       .sum())
+
+    positions_agree()
+    assert seen["real"] > 100 and seen["pad_differs"] > 0, seen

@@ -17,7 +17,10 @@ what each run gave it. Two kinds of run:
   group): every rank has the whole (B, S) batch and its mask; verl's `preprocess_packed_seqs`
   gives the rank its zigzag chunks of the ids and of the positions, the rank computes per-token
   outputs, and `postprocess_packed_seqs` all-gathers them over the CP group and puts them back in
-  the (B, S) layout. Each rank returns that and its own local outputs and padded boundaries.
+  the (B, S) layout. Each rank returns that and its own local outputs and padded boundaries;
+  then the same through verl's THD engine (`preprocess_thd_engine` on the nested batch, with
+  the positions it returns, and `postprocess_thd_engine`, whose gather gives one row per
+  sequence).
   Planted: the rank slices as the mirror rank (cp - 1 - r) while the gather puts it at r (a
   layout reassembled as another, slime #1871's class). Runs only where megatron-core is
   installed beside verl.
@@ -118,8 +121,14 @@ def _mcore(mpu, world: int, ids: list, mask: list, planted: bool) -> tuple:
     try:
         local_ids, params = util.preprocess_packed_seqs(batch, real)
         local_pos, _ = util.preprocess_packed_seqs(positions_in_sequence(real), real)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), real.sum(-1).cumsum(0)])
+        nested = torch.nested.nested_tensor_from_jagged(batch[real], offsets=offsets)
+        thd_ids, thd_params, thd_pos = util.preprocess_thd_engine(nested)
     finally:
         mpu.get_context_parallel_rank = true_rank
     local = per_token(local_ids, local_pos)
     whole = util.postprocess_packed_seqs(local, params, real, batch.shape[0], batch.shape[1])
-    return whole.tolist(), local[0].tolist(), params.cu_seqlens_q_padded.tolist()
+    thd = util.postprocess_thd_engine(per_token(thd_ids, thd_pos), thd_params, nested,
+                                      batch.shape[0])
+    return (whole.tolist(), local[0].tolist(), params.cu_seqlens_q_padded.tolist(),
+            [row.tolist() for row in thd.unbind()])

@@ -4,33 +4,39 @@
       (verl.cp_packed_seqs)     a (B, S, ...) batch's real tokens (by mask), each sequence padded
                                 with zeros to a multiple of 2·cp·tp, and this CP rank's zigzag
                                 chunks r and 2·cp-1-r of every sequence, as one (1, n, ...) row
+    cp.shard                  verl.models.mcore.util.preprocess_thd_engine(x, cp_layout=...):
+      (verl.cp_thd_engine)      the same from a jagged nested (B, j, ...) batch, zigzag or
+                                contiguous (each sequence padded to a multiple of cp·tp, the
+                                rank's interval of the padded stream); also returns positions
 
-verl calls it on every per-token field of a micro-batch (input ids, labels, label masks,
-multimodal values) with the same mask, and `postprocess_packed_seqs` all-gathers the ranks'
-outputs and puts them back in the (B, S) layout (that one needs a real process group: it is
-checked across real ranks by `tests/test_adapters.py`, not here).
+verl calls them on every per-token field of a micro-batch (input ids, labels, label masks,
+multimodal values) with the same boundaries, and `postprocess_packed_seqs` /
+`postprocess_thd_engine` all-gather the ranks' outputs and put them back (those need a real
+process group: they are checked across real ranks by `tests/test_adapters.py`, not here).
 
-The adapter gives verl what a verl rank has: for each per-token field of the contract's padded
-row, the real tokens of every sequence as one row of a right-padded (S, max l, ...) batch, and the
-mask of those real tokens. verl reads the CP rank and size, and the TP size it aligns to, from
-Megatron's parallel state (`megatron.core.parallel_state`): the adapter initializes a one-process
-gloo group (as the Megatron adapter does) and, for each rank the contract asks for, sets the
-context-parallel group to an object answering that rank and `cp_size` and the TP world size to 1;
-the state is put back after each call. What it returns, per rank:
+The adapters give verl what a verl rank has: for each per-token field of the contract's padded
+row, the real tokens of every sequence as one row of a right-padded (S, max l, ...) batch and the
+mask of those real tokens, or as a nested tensor with offsets cu_seqlens. verl reads the CP
+rank and size, and the TP size it aligns to, from Megatron's parallel state
+(`megatron.core.parallel_state`): the adapter initializes a one-process gloo group (as the
+Megatron adapter does) and, for each rank the contract asks for, sets the context-parallel group
+to an object answering that rank and `cp_size` and the TP world size to 1; the state is put back
+after each call. What it returns, per rank:
 
     every compared per-token field   verl's output for that field
     token_index                      verl's output for the real tokens' indices + 1, minus 1 (a
                                      field like any other: -1 where verl wrote a pad)
-    cu_seqlens_padded                verl's `PackedSeqParams.cu_seqlens_q_padded` // cp: where
-                                     each sequence starts on a rank (verl's own start_idx)
+    cu_seqlens_padded                (preprocess_packed_seqs) verl's
+                                     `PackedSeqParams.cu_seqlens_q_padded` // cp: where each
+                                     sequence starts on a rank (verl's own start_idx)
 
-verl writes zeros at the pads of every field and computes the padding itself from the mask, so
-its inputs are the contract's padded rows padded as verl pads (every span `roundup(l, 2·cp)`,
-`l` for cp = 1) whose pads hold 0 (`pad_token_id=0`, a caller's field zero there); zigzag only
-(verl has no other THD layout). `position_ids` and `labels` are not compared: verl shards neither
-with this function the contract's way (positions come from the boundaries in Megatron's rotary
-embedding; labels are shifted on the padded batch, 0 at pads where the contract has
-`ignore_index`). An invalid padded row has no verl form (verl takes a batch and a mask, not a
+verl writes zeros at the pads of every field and computes the padding itself, so its inputs are
+the contract's padded rows padded as verl pads (every span `roundup(l, 2·cp)` for zigzag,
+`roundup(l, cp)` for contiguous, `l` for cp = 1) whose pads hold 0 (`pad_token_id=0`, a
+caller's field zero there). `position_ids` and `labels` are not compared: verl's forward
+passes neither through these functions the contract's way (labels are shifted on the padded
+batch, 0 at pads where the contract has `ignore_index`; the THD engine's positions are the
+contract's at real tokens but 0 at some pads: tested apart, docs/cp.md). An invalid padded row has no verl form (verl takes a batch and a mask, not a
 padded row): the `errors` check does not apply.
 """
 
@@ -100,33 +106,74 @@ def as_verl_batch(field: torch.Tensor, cu: list[int], cu_padded: list[int]):
     return batch, mask
 
 
+def as_nested(field: torch.Tensor, cu: list[int], cu_padded: list[int]) -> torch.Tensor:
+    """A (1, Tp, ...) field of the padded row → the jagged nested tensor (S, j, ...) of each
+    sequence's real values, offsets `cu` (what verl's THD engine is given)."""
+    real = [field[0, cu_padded[i]:cu_padded[i] + cu[i + 1] - cu[i]] for i in range(len(cu) - 1)]
+    values = torch.cat(real) if real else field[0, :0]
+    return torch.nested.nested_tensor_from_jagged(values, offsets=torch.tensor(cu))
+
+
 def real_indices(cu: list[int]) -> torch.Tensor:
     """(1, T) int64: each real token's index in the real row, + 1 (0 is what verl writes at a
-    pad), laid out as a padded row's field would be by `as_verl_batch`'s caller."""
+    pad), laid out as a field of a row without padding (its padded boundaries are `cu`)."""
     return torch.arange(1, cu[-1] + 1, dtype=torch.int64).reshape(1, -1)
 
 
-def shard_adapter(preprocess: Callable[..., Any]) -> Callable[..., Any]:
-    def shard(padded, *, cp_size, layout="zigzag", cp_rank=None):
-        cu = padded["cu_seqlens"].tolist()
-        cu_padded = padded["cu_seqlens_padded"].tolist()
-        fields = {key: as_verl_batch(padded[key], cu, cu_padded)
-                  for key in per_token_fields(padded)}
-        index_batch = as_verl_batch(real_indices(cu), cu, cu)
-        ranks = range(cp_size) if cp_rank is None else [cp_rank]
-        out: dict[str, list[torch.Tensor]] = {key: [] for key in
-                                              [*fields, "token_index", "cu_seqlens_padded"]}
-        for rank in ranks:
-            with megatron_cp_rank(cp_size, rank):
-                for key, (batch, mask) in fields.items():
-                    out[key].append(preprocess(batch, mask)[0][0])
-                local, params = preprocess(*index_batch)
-            out["token_index"].append(local[0] - 1)
-            out["cu_seqlens_padded"].append(params.cu_seqlens_q_padded // cp_size)
-        return TensorDict({key: torch.stack(values) for key, values in out.items()},
-                          batch_size=[len(ranks)])
+Slicer = Callable[[torch.Tensor, list, list], tuple[torch.Tensor, torch.Tensor]]
 
-    return shard
+
+def packed_seqs_slicer(preprocess: Callable[..., Any], layout: str) -> Slicer:
+    """`preprocess_packed_seqs` on one field: (its (n, ...) local share, the padded
+    boundaries)."""
+    def run(field, cu, cu_padded):
+        local, params = preprocess(*as_verl_batch(field, cu, cu_padded))
+        return local[0], params.cu_seqlens_q_padded
+
+    return run
+
+
+def thd_engine_slicer(preprocess: Callable[..., Any], layout: str) -> Slicer:
+    """`preprocess_thd_engine(nested, cp_layout=layout)` on one field."""
+    def run(field, cu, cu_padded):
+        local, params, _ = preprocess(as_nested(field, cu, cu_padded), cp_layout=layout)
+        return local[0], params.cu_seqlens_q_padded
+
+    return run
+
+
+def sharding_with(slicer_of: Callable[..., Slicer], *, local_boundaries: bool):
+    """The `wrap` of an adapter to `cp.shard`: verl's slicing of every per-token field and of
+    the real indices (token_index), rank by rank; with `local_boundaries`, verl's padded
+    boundaries // cp (zigzag: where each sequence starts on a rank) as `cu_seqlens_padded`."""
+    def wrap(preprocess: Callable[..., Any]) -> Callable[..., Any]:
+        def shard(padded, *, cp_size, layout="zigzag", cp_rank=None):
+            slicer = slicer_of(preprocess, layout)
+            cu = padded["cu_seqlens"].tolist()
+            cu_padded = padded["cu_seqlens_padded"].tolist()
+            fields = per_token_fields(padded)
+            ranks = range(cp_size) if cp_rank is None else [cp_rank]
+            out: dict[str, list[torch.Tensor]] = {key: [] for key in [*fields, "token_index"]}
+            if local_boundaries:
+                out["cu_seqlens_padded"] = []
+            for rank in ranks:
+                with megatron_cp_rank(cp_size, rank):
+                    for key in fields:
+                        out[key].append(slicer(padded[key], cu, cu_padded)[0])
+                    local, boundaries = slicer(real_indices(cu), cu, cu)
+                out["token_index"].append(local - 1)
+                if local_boundaries:
+                    out["cu_seqlens_padded"].append(boundaries // cp_size)
+            return TensorDict({key: torch.stack(values) for key, values in out.items()},
+                              batch_size=[len(ranks)])
+
+        return shard
+
+    return wrap
+
+
+shard_adapter = sharding_with(packed_seqs_slicer, local_boundaries=True)
+thd_engine_adapter = sharding_with(thd_engine_slicer, local_boundaries=False)
 
 
 # --------------------------------------------------------------------------- domain
@@ -137,35 +184,64 @@ def _padded(call: Call) -> Any:
     return padded if isinstance(padded, (dict, TensorDictBase)) else None
 
 
-def padded_as_verl_pads(call: Call) -> bool:
-    """A valid zigzag call on a padded row padded as verl pads (every span roundup(l, 2·cp), l
-    for cp = 1) with 0 at every pad of every field verl is given."""
-    padded = _padded(call)
-    if not call.valid or padded is None or call.arg("layout") != "zigzag":
-        return False
-    cp_size = call.arg("cp_size")
-    step = cp_op.step_of(cp_size)
-    cu = padded["cu_seqlens"].tolist()
-    cu_padded = padded["cu_seqlens_padded"].tolist()
-    spans = [(cu_padded[i], cu_padded[i + 1], cu[i + 1] - cu[i]) for i in range(len(cu) - 1)]
-    if any(end - start != -(-length // step) * step for start, end, length in spans):
-        return False
-    for key in per_token_fields(padded):
-        field = padded[key]
-        for start, end, length in spans:
-            if bool((field[0, start + length:end] != 0).any()):
-                return False
-    return True
+def verl_step(cp_size: int, layout: str) -> int:
+    """The multiple verl pads every sequence to (TP 1): 2·cp for zigzag, cp for contiguous (one
+    interval per rank), nothing for cp = 1."""
+    return cp_op.step_of(cp_size) if layout == "zigzag" else cp_size
+
+
+def padded_as_verl_pads(layouts: tuple[str, ...]) -> Callable[[Call], bool]:
+    """A valid call in one of `layouts` on a padded row padded as verl pads (every span
+    roundup(l, verl_step)) with 0 at every pad of every field verl is given."""
+    def supports(call: Call) -> bool:
+        padded = _padded(call)
+        layout = call.arg("layout")
+        if not call.valid or padded is None or layout not in layouts:
+            return False
+        step = verl_step(call.arg("cp_size"), layout)
+        cu = padded["cu_seqlens"].tolist()
+        cu_padded = padded["cu_seqlens_padded"].tolist()
+        spans = [(cu_padded[i], cu_padded[i + 1], cu[i + 1] - cu[i])
+                 for i in range(len(cu) - 1)]
+        if any(end - start != -(-length // step) * step for start, end, length in spans):
+            return False
+        return not any(bool((padded[key][0, start + length:end] != 0).any())
+                       for key in per_token_fields(padded) for start, end, length in spans)
+
+    supports.__name__ = supports.__qualname__ = f"padded_as_verl_pads_{'_'.join(layouts)}"
+    return supports
+
+
+def verl_padded_row(ids: list[int], cu: list[int], step: int) -> TensorDict:
+    """A padded row as verl pads it for a multiple `step`: input_ids with 0 at the pads, both
+    boundaries (int32), as `pad_for_cp` lays a row out."""
+    lengths = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
+    spans = [-(-length // step) * step for length in lengths]
+    cu_padded = cp_op.boundaries_of(spans)
+    input_ids = torch.zeros(1, cu_padded[-1], dtype=torch.int64)
+    for i, length in enumerate(lengths):
+        input_ids[0, cu_padded[i]:cu_padded[i] + length] = torch.tensor(
+            ids[cu[i]:cu[i + 1]], dtype=torch.int64)
+    return TensorDict({"input_ids": input_ids,
+                       "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
+                       "cu_seqlens_padded": torch.tensor(cu_padded, dtype=torch.int32)},
+                      batch_size=[])
 
 
 @st.composite
-def verl_padded_cases(draw) -> Case:
-    """The record's shard inputs as a verl rank has them: pad_for_cp's row with pad 0 and a
-    caller's float field that is 0 at the pads; zigzag (or the default), every rank or one."""
+def verl_padded_cases(draw, layouts: tuple[str, ...] = ("zigzag",)) -> Case:
+    """The record's shard inputs as a verl rank has them: a row padded as verl pads it with 0
+    at the pads (zigzag: pad_for_cp's row with pad 0, loss mask included; contiguous: a
+    multiple of cp) and, sometimes, a caller's float field that is 0 at the pads; the layout
+    passed or the default, every rank or one."""
     cp_size = draw(cp_op.cp_sizes())
     ids, cu = draw(cp_op.packed_rows(cp_size))
-    mask = draw(cp_op.loss_masks(len(ids)))
-    td = _reference.pad_for_cp(ids, cu, cp_size=cp_size, loss_mask=mask, pad_token_id=0)
+    layout = draw(st.sampled_from(layouts))
+    if layout == "zigzag":
+        mask = draw(cp_op.loss_masks(len(ids)))
+        td = _reference.pad_for_cp(ids, cu, cp_size=cp_size, loss_mask=mask, pad_token_id=0)
+    else:
+        td = verl_padded_row(ids, cu, verl_step(cp_size, layout))
     if draw(st.booleans()):
         cu_padded = td["cu_seqlens_padded"].tolist()
         values = torch.zeros(1, td["input_ids"].shape[1], 2, dtype=torch.float32)
@@ -176,8 +252,8 @@ def verl_padded_cases(draw) -> Case:
                 real, dtype=torch.float32).reshape(length, 2)
         td["old_logprobs"] = values
     kwargs: dict[str, Any] = {"cp_size": cp_size}
-    if draw(st.booleans()):
-        kwargs["layout"] = "zigzag"
+    if layout != "zigzag" or draw(st.booleans()):
+        kwargs["layout"] = layout
     if draw(st.integers(0, 3)) == 0:
         kwargs["cp_rank"] = draw(st.integers(0, cp_size - 1))
     return Case((td,), kwargs)
@@ -197,6 +273,23 @@ KNOWN = (
         kind="valid", upstream=UPSTREAM, raises=ValueError),
 )
 
+def contiguous_split(call: Call) -> bool:
+    """A valid call with the contiguous layout over cp > 1 ranks."""
+    cp_size = call.arg("cp_size")
+    return (call.valid and call.arg("layout") == "contiguous" and isinstance(cp_size, int)
+            and cp_size > 1)
+
+
+THD_KNOWN = KNOWN + (
+    KnownDivergence(
+        "contiguous_needs_cp_partition_mode", contiguous_split,
+        "the contiguous layout over cp > 1 ranks raises ValueError after slicing: it needs "
+        "PackedSeqParams.cp_partition_mode, which megatron-core 0.16.1 (the last release for "
+        "Python 3.11) does not have; verl's contiguous slicing is not reachable there",
+        kind="valid", upstream="verl/models/mcore/util.py, preprocess_thd_engine (verl 0.9.1)",
+        raises=ValueError),
+)
+
 CP_PACKED_SEQS = register_adapter(Adapter(
     name="verl.cp_packed_seqs",
     framework="verl",
@@ -209,10 +302,31 @@ CP_PACKED_SEQS = register_adapter(Adapter(
     doc="verl's Megatron-core CP slicing (zigzag, every per-token field, zeros at pads) against "
         "shard; token_index from verl's slicing of the real tokens' indices",
     forms=None,
-    supports=padded_as_verl_pads,
+    supports=padded_as_verl_pads(("zigzag",)),
     valid=verl_padded_cases(),
     known=KNOWN,
     not_provided=NOT_COMPARED,
     skip={"errors": "verl takes a batch and a mask, not a padded row: an invalid padded row "
                     "has no verl form (the adapter builds verl's inputs from valid rows)"},
+))
+
+THD_ENGINE = register_adapter(Adapter(
+    name="verl.cp_thd_engine",
+    framework="verl",
+    record="cp.shard",
+    target=f"{MCORE_UTIL}:preprocess_thd_engine",
+    wrap=thd_engine_adapter,
+    distribution="verl",
+    versions="~=0.9.1",
+    needs=("megatron-core",),
+    doc="verl's THD engine CP slicing (nested input, zigzag and contiguous, every per-token "
+        "field, zeros at pads) against shard; token_index from verl's slicing of the real "
+        "tokens' indices",
+    forms=None,
+    supports=padded_as_verl_pads(("zigzag", "contiguous")),
+    valid=verl_padded_cases(("zigzag", "contiguous")),
+    known=THD_KNOWN,
+    not_provided=(*NOT_COMPARED, "cu_seqlens_padded"),
+    skip={"errors": "verl takes a nested batch, not a padded row: an invalid padded row has "
+                    "no verl form (the adapter builds verl's inputs from valid rows)"},
 ))
