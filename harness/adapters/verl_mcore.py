@@ -36,8 +36,8 @@ the contract's padded rows padded as verl pads (every span `roundup(l, 2·cp)` f
 caller's field zero there). `position_ids` and `labels` are not compared: verl's forward
 passes neither through these functions the contract's way (labels are shifted on the padded
 batch, 0 at pads where the contract has `ignore_index`; the THD engine's positions are the
-contract's at real tokens but 0 at some pads: tested apart, docs/cp.md). An invalid padded row has no verl form (verl takes a batch and a mask, not a
-padded row): the `errors` check does not apply.
+contract's at real tokens but 0 at some pads: tested apart, docs/cp.md). An invalid padded row
+has no verl form (verl takes a batch, not a padded row): the `errors` check does not apply.
 """
 
 from __future__ import annotations
