@@ -237,6 +237,7 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
 
 
 PAGES = {"skyrl.rl_batch_0_4": "frameworks-skyrl04.md", "skyrl.rl_batch": "frameworks.md",
+         "skyrl.cp_": "cp.md",
          "skyrl.": "frameworks-skyrl-sft.md", "verl.cp_": "cp.md", "verl.": "frameworks.md",
          "transformers.": "frameworks-transformers.md", "trl.": "frameworks-trl.md",
          "openrlhf.": "frameworks-openrlhf.md", "megatron.": "cp.md"}

@@ -306,3 +306,118 @@ def test_jagged_logprobs_fail_on_truthiness(convert) -> None:
     assert out[0].tolist() == [[0, 1, 3], [2, 4, 5]]
     with pytest.raises(RuntimeError, match="Boolean value of Tensor"):
         convert(0, prompts, responses, jagged, jagged, logprobs=jagged)
+
+
+# --------------------------------------------------------------------------- Megatron CP map
+
+
+@pytest.fixture(scope="module")
+def skyrl_megatron():
+    pytest.importorskip("megatron.core")
+    from batchproof.adapters.skyrl_megatron import MODEL_UTILS
+
+    with skyrl_adapters.typed_dict_for_pydantic():
+        try:
+            import importlib
+
+            return importlib.import_module(MODEL_UTILS)
+        except ImportError as err:
+            pytest.skip(f"SkyRL's Megatron model utilities do not import here: {err}")
+
+
+CP_ADAPTER = "skyrl.cp_packed_indices"
+
+
+def test_skyrl_cp_map_agrees_with_the_contract(skyrl_megatron) -> None:
+    report = _run(adapters.get_adapter(CP_ADAPTER), registry.get("cp.shard").check_names(),
+                  examples=30)
+    assert not report.new and not report.unexplained and not report.errors, report.outcomes
+    statuses = {o.check: o.status for o in report.outcomes}
+    assert statuses["equivalence"] == "pass" and statuses["pin:te_1930_last_valid_token_kept"] \
+        == "pass", statuses
+
+
+def test_skyrl_cp_map_with_the_mirror_rank_fails(skyrl_megatron) -> None:
+    """The check can fail: SkyRL's map with every rank read as cp - 1 - r must diverge."""
+    adapter = adapters.get_adapter(CP_ADAPTER)
+    wrap = adapter.wrap
+
+    def mirrored(rank_and_local):
+        def planted(*args):
+            rank_of, local = rank_and_local(*args)
+            return args[-1] - 1 - rank_of, local
+        return planted
+
+    adapter = dataclasses.replace(adapter, wrap=lambda target: wrap(mirrored(target)))
+    report = _run(adapter, ["equivalence"], examples=30)
+    assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
+
+
+def _packed_rows(count: int) -> list[tuple[list[int], list[int]]]:
+    """(ids, cu_seqlens) of packed rows, drawn derandomized: 1 to 5 sequences of 0 to 9 tokens
+    (lengths that are and are not multiples of 2·cp, empty sequences)."""
+    import hypothesis
+
+    drawn = []
+
+    @hypothesis.settings(max_examples=count, derandomize=True, database=None, deadline=None,
+                         phases=[hypothesis.Phase.generate],
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(st.lists(st.lists(st.integers(0, 49), max_size=9), min_size=1,
+                               max_size=5))
+    def draw(sequences):
+        cu = [0]
+        for sequence in sequences:
+            cu.append(cu[-1] + len(sequence))
+        drawn.append(([t for s in sequences for t in s], cu))
+
+    draw()
+    return drawn
+
+
+def test_skyrl_gathers_cp_shares_through_a_real_process_group(skyrl_megatron,
+                                                              tmp_path) -> None:
+    """SkyRL 0.4.0's `allgather_cp_sharded_packed_tensor` across 2 real ranks (gloo): each rank
+    gives it the per-token outputs of its share in the contract's zigzag layout
+    (`reference.cp.shard`); what comes back on every rank must be the outputs of the whole
+    padded stream, bit for bit (24 derandomized rows). With every rank sending its mirror
+    rank's share (planted), some row must come back different."""
+    import pickle
+
+    import skyrl_ranks
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from batchproof.reference import cp as reference
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with the gloo backend is not available here")
+    rows = _packed_rows(24)
+    out = str(tmp_path / "out")
+    mp.start_processes(skyrl_ranks.rank_main, args=(2, str(tmp_path / "rendezvous"), rows, out),
+                       nprocs=2, start_method="spawn", join=True)
+    got = []
+    for rank in range(2):
+        with open(f"{out}.{rank}", "rb") as handle:
+            got.append(pickle.load(handle))
+    wanted = []
+    for ids, cu in rows:
+        padded = reference.pad_for_cp(ids, cu, cp_size=2)
+        wanted.append(skyrl_ranks.per_token(padded["input_ids"][0],
+                                            padded["position_ids"][0]).tolist())
+    assert any(len(ids) % 4 for ids, _ in rows)  # rows that need padding
+    for rank in range(2):
+        assert got[rank][0] == wanted, rank
+    assert any(g != w for g, w in zip(got[0][1], wanted)), (
+        "mirrored shares went through the gather unnoticed")
+
+
+def test_the_cp_module_registers_without_skyrl_or_megatron() -> None:
+    import subprocess
+
+    code = ("import sys; sys.modules['skyrl'] = None; sys.modules['megatron'] = None\n"
+            "import batchproof.adapters.skyrl_megatron as m\n"
+            "a = m.CP_PACKED_INDICES\n"
+            "assert (a.record, a.versions, a.needs) == ('cp.shard', '~=0.4.0', "
+            "('megatron-core',))\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
