@@ -328,13 +328,26 @@ def skyrl_megatron():
 CP_ADAPTER = "skyrl.cp_packed_indices"
 
 
-def test_skyrl_cp_map_agrees_with_the_contract(skyrl_megatron) -> None:
-    report = _run(adapters.get_adapter(CP_ADAPTER), registry.get("cp.shard").check_names(),
-                  examples=30)
+@pytest.mark.parametrize("name, pin", [(CP_ADAPTER, "pin:te_1930_last_valid_token_kept"),
+                                       ("skyrl.cp_rank_bshd", "pin:megatron_bshd_zigzag")])
+def test_skyrl_cp_functions_agree_with_the_contract(skyrl_megatron, name: str, pin: str) -> None:
+    adapter = adapters.get_adapter(name)
+    report = _run(adapter, registry.get(adapter.record).check_names(), examples=30)
     assert not report.new and not report.unexplained and not report.errors, report.outcomes
     statuses = {o.check: o.status for o in report.outcomes}
-    assert statuses["equivalence"] == "pass" and statuses["pin:te_1930_last_valid_token_kept"] \
-        == "pass", statuses
+    assert statuses["equivalence"] == "pass" and statuses[pin] == "pass", statuses
+
+
+def test_skyrl_bshd_slice_of_the_mirror_rank_fails(skyrl_megatron) -> None:
+    adapter = adapters.get_adapter("skyrl.cp_rank_bshd")
+    wrap = adapter.wrap
+
+    def mirrored(tokens_on_rank):
+        return lambda x, rank, size, **kw: tokens_on_rank(x, size - 1 - rank, size, **kw)
+
+    adapter = dataclasses.replace(adapter, wrap=lambda target: wrap(mirrored(target)))
+    report = _run(adapter, ["equivalence"], examples=30)
+    assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
 
 
 def test_skyrl_cp_map_with_the_mirror_rank_fails(skyrl_megatron) -> None:
@@ -417,7 +430,6 @@ def test_the_cp_module_registers_without_skyrl_or_megatron() -> None:
 
     code = ("import sys; sys.modules['skyrl'] = None; sys.modules['megatron'] = None\n"
             "import batchproof.adapters.skyrl_megatron as m\n"
-            "a = m.CP_PACKED_INDICES\n"
-            "assert (a.record, a.versions, a.needs) == ('cp.shard', '~=0.4.0', "
-            "('megatron-core',))\n")
+            "for a in (m.CP_PACKED_INDICES, m.CP_RANK_BSHD):\n"
+            "    assert (a.versions, a.needs) == ('~=0.4.0', ('megatron-core',))\n")
     subprocess.run([sys.executable, "-c", code], check=True)

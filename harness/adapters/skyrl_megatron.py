@@ -105,3 +105,46 @@ CP_PACKED_INDICES = register_adapter(Adapter(
     skip={"errors": "SkyRL's map takes the boundaries it is given and validates nothing; the "
                     "contract's invalid rows are checked by its callers (not adapted)"},
 ))
+
+
+# --------------------------------------------------------------------------- BSHD
+
+
+def bshd_adapter(tokens_on_rank: Callable[..., Any]) -> Callable[..., Any]:
+    """`_get_tokens_on_this_cp_rank(x, cp_rank, cp_size, seq_dim=1)` on every field of the
+    batch, rank by rank: (R, B, S / cp, ...) fields."""
+    def shard_bshd(batch, *, cp_size, layout="zigzag", cp_rank=None):
+        ranks = range(cp_size) if cp_rank is None else [cp_rank]
+        keys = [key for key in batch.keys() if isinstance(batch[key], torch.Tensor)]
+        fields = {key: torch.stack([tokens_on_rank(batch[key], rank, cp_size, seq_dim=1)
+                                    for rank in ranks]) for key in keys}
+        rows = batch.batch_size[0] if isinstance(batch, TensorDictBase) else (
+            next(iter(fields.values())).shape[1] if fields else 0)
+        return TensorDict(fields, batch_size=[len(ranks), rows])
+
+    return shard_bshd
+
+
+def bshd_zigzag_call(call: Call) -> bool:
+    """A valid zigzag call (SkyRL's function is zigzag only)."""
+    return call.valid and call.arg("layout") == "zigzag"
+
+
+CP_RANK_BSHD = register_adapter(Adapter(
+    name="skyrl.cp_rank_bshd",
+    framework="skyrl",
+    record="cp.shard_bshd",
+    target=f"{MODEL_UTILS}:_get_tokens_on_this_cp_rank",
+    wrap=bshd_adapter,
+    distribution="skyrl",
+    versions="~=0.4.0",
+    needs=("megatron-core",),
+    importing=typed_dict_for_pydantic,
+    doc="SkyRL's zigzag slice of one (B, S, ...) tensor for a CP rank, on every field, "
+        "against shard_bshd",
+    forms=None,
+    supports=bshd_zigzag_call,
+    not_provided=("column_index",),
+    skip={"errors": "SkyRL's function takes a tensor, a rank and a size and validates nothing; "
+                    "the contract's invalid batches are its callers' to catch"},
+))
