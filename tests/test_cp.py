@@ -63,13 +63,13 @@ def _single_process(ids: list[int], cu: list[int]) -> torch.Tensor:
 PLANTED = ("cp.unshard_contiguous_as_zigzag", "cp.labels_sliced_contiguously")
 
 
-def _through_collectives(world: int, runs, tmp_path):
+def _through_collectives(world: int, runs, tmp_path, backend: str = "gloo"):
     """For each (zoo entry or None, cases) run: (expected, what the ranks gave back) per case.
     One spawn of `world` ranks runs them all."""
     import torch.multiprocessing as mp
 
     rendezvous, out_path = str(tmp_path / f"rendezvous-{world}"), str(tmp_path / f"out-{world}")
-    mp.start_processes(cp_ranks.rank_main, args=(world, rendezvous, runs, out_path),
+    mp.start_processes(cp_ranks.rank_main, args=(world, rendezvous, runs, out_path, backend),
                        nprocs=world, start_method="spawn", join=True)
     with open(out_path, "rb") as handle:
         gathered = pickle.load(handle)
@@ -106,11 +106,26 @@ def test_sharded_pipeline_through_real_collectives_equals_one_process(world, tmp
 
 @pytest.mark.gpu
 def test_sharded_pipeline_over_nccl(tmp_path) -> None:  # pragma: no cover - needs 2 GPUs
-    """The NCCL variant (one GPU per rank) is not written yet: it needs a machine with at least
-    two GPUs, which this project has not had (docs/cp.md, "Not done")."""
+    """The same pipeline with one CUDA device per rank and NCCL (cp = 2, or 4 where there are
+    four devices): each rank pads, shards and computes on its device, all-gathers over NCCL and
+    unshards there; the result equals the single-process CPU outputs bit for bit; with world 2
+    the planted entries must come back wrong. Never run yet: no session has had two GPUs
+    (docs/cp.md, "Not done")."""
+    import torch.distributed as dist
+
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two CUDA devices")
-    pytest.skip("not written: no multi-GPU machine to run it on")
+    if not dist.is_nccl_available():
+        pytest.skip("torch.distributed has no NCCL backend here")
+    world = 4 if torch.cuda.device_count() >= 4 else 2
+    cases = _drawn_rows(world, 16)
+    runs = [(None, cases)] + ([(entry, cases) for entry in PLANTED] if world == 2 else [])
+    results = _through_collectives(world, runs, tmp_path, backend="nccl")
+    for index, (expected, actual) in enumerate(results[0]):
+        assert_identical(expected, actual, compared=f"case {index}: {cases[index]}")
+    for (entry, _), run in zip(runs[1:], results[1:]):
+        assert any(not torch.equal(expected, actual) for expected, actual in run), (
+            f"{entry} went through NCCL unnoticed")
 
 
 # ------------------------------------------------------------------ placements and packers
