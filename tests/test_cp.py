@@ -301,6 +301,15 @@ def _row_before_options(padded, **kwargs):
     return ref.shard(padded, **kwargs)
 
 
+def _batch_before_options(batch, **kwargs):
+    """shard_bshd validating the batch (sharded for cp 1) before cp_size, layout and cp_rank
+    (the reference checks those first)."""
+    from batchproof.reference import cp as ref
+
+    ref.shard_bshd(batch, cp_size=1)
+    return ref.shard_bshd(batch, **kwargs)
+
+
 def _count_first_layout_last(outputs, cu_seqlens, cu_seqlens_padded, **kwargs):
     """unshard checking the outputs' token count against cu_seqlens_padded before the
     boundaries, and the layout after everything else (the reference: layout, outputs,
@@ -319,13 +328,14 @@ def _count_first_layout_last(outputs, cu_seqlens, cu_seqlens_padded, **kwargs):
     ("cp.unshard", "bad_unshard_cases", _count_first_layout_last),
     ("cp.shard", "bad_shard_cases", _row_before_options),
     ("cp.shift_labels", "bad_shift_cases", _ignore_index_last),
+    ("cp.shard_bshd", "bad_bshd_cases", _batch_before_options),
 ], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
 def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
         name, bad, candidate) -> None:
-    """pad_for_cp's, shift_labels', shard's and unshard's invalid inputs include two defects
-    on different arguments (issue 32): a validation order other than the reference's passes
-    every one-defect input and fails. (shard_bshd and flatten_micro_batch: one defect, not
-    yet extended.)"""
+    """pad_for_cp's, shift_labels', shard's, shard_bshd's and unshard's invalid inputs include
+    two defects on different arguments (issue 32): a validation order other than the
+    reference's passes every one-defect input and fails. (flatten_micro_batch has one argument,
+    `rows`: one defect.)"""
     from two_defects import assert_first_error_decides
 
     from batchproof.ops import cp as records

@@ -1197,16 +1197,19 @@ BSHD_DEFECTS = ["cp_type", "layout_value", "rank_range", "not_a_mapping", "no_fi
 
 
 @st.composite
-def bad_bshd_cases(draw) -> BadCase:
+def bad_bshd_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a drawn batch and cp_size (no other keyword argument but the defect's), or
+    on a call `valid` draws (its other arguments kept as they are)."""
     kind = draw(st.sampled_from(BSHD_DEFECTS))
-    good = draw(bshd_cases())
+    good = draw(valid if valid is not None else bshd_cases())
     batch = good.args[0]
     cp_size = good.kwargs["cp_size"]
-    kwargs = {"cp_size": cp_size}
+    kwargs = dict(good.kwargs) if valid is not None else {"cp_size": cp_size}
+    layout = kwargs.get("layout", "zigzag")
     plain = {key: batch[key] for key in batch.keys()}
     rows, columns = batch["input_ids"].shape
     if kind == "cp_type":
-        return _bad((batch,), {"cp_size": "2"}, TypeError, "cp_size a str")
+        return _bad((batch,), {**kwargs, "cp_size": "2"}, TypeError, "cp_size a str")
     if kind == "layout_value":
         return _bad((batch,), {**kwargs, "layout": "striped"}, ValueError, "unknown layout")
     if kind == "rank_range":
@@ -1219,15 +1222,19 @@ def bad_bshd_cases(draw) -> BadCase:
         return _bad(({**plain, "extra": [[1, 2]]},), kwargs, TypeError, "a list field")
     if kind == "one_dimensional":
         return _bad(({**plain, "extra": torch.zeros(rows)},), kwargs, ValueError, "a 1-D field")
-    if kind == "shape_mismatch":
+    unit = cp_size if layout == "contiguous" else step_of(cp_size)
+    if kind == "shape_mismatch" or valid is not None and unit == 1:
         return _bad(({**plain, "extra": torch.zeros(rows, columns + 1)},), kwargs, ValueError,
                     "a field of another S")
+    if valid is not None:  # not_a_multiple on the drawn call: one column more than S
+        return _bad(({"input_ids": torch.zeros(rows, columns + 1, dtype=torch.int64)},), kwargs,
+                    ValueError, "S not a multiple")
     odd = columns + 1
     return _bad(({"input_ids": torch.zeros(rows, odd, dtype=torch.int64)},),
                 {"cp_size": 2 if odd % 4 else 3}, ValueError, "S not a multiple")
 
 
-SHARD_BSHD.invalid = bad_bshd_cases()
+SHARD_BSHD.invalid = hs.one_or_two_defects(bad_bshd_cases, bshd_cases(), _reference.shard_bshd)
 
 # --------------------------------------------------------------------------- unshard
 
