@@ -191,18 +191,28 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
     width = int(n_len.max()) if layout == "left" else max_prompt + max_response
     start = (width - n_len) if layout == "left" else (max_prompt - p_len)
     r_start = (max_response - r_len) if layout == "left" else np.zeros_like(r_len)
-    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64)
+    input_ids = _filled((batch, width), torch.int64, pad_token_id)
     written = {"input_ids": input_ids, "p_len": torch.from_numpy(p_len),
                "r_len": torch.from_numpy(r_len)}
     try:
         _pack_rows(input_ids, "q", prompts, np.arange(batch) * width + start)
         _pack_rows(input_ids, "q", responses, np.arange(batch) * width + start + p_len)
         for key, rows in given.items():
-            written[key] = torch.zeros((batch, max_response), dtype=torch.float32)
+            written[key] = _filled((batch, max_response), torch.float32, 0)
             _pack_rows(written[key], "f", rows, np.arange(batch) * max_response + r_start)
     except (struct.error, TypeError, OverflowError):
         return None
     return written
+
+
+def _filled(shape: tuple[int, int], dtype: torch.dtype, value) -> torch.Tensor:
+    """A new CPU tensor holding `value`, filled by NumPy on this thread. The CPU fast paths
+    write their outputs on one thread: torch's intra-op threads gain a few percent there and
+    lose a quarter beside a busy neighbour (docs/performance.md, "Per core and on a busy
+    host")."""
+    out = torch.empty(shape, dtype=dtype)
+    out.numpy().fill(value)
+    return out
 
 
 def _pack_rows(out: torch.Tensor, code: str, rows, first_elements: np.ndarray) -> None:
@@ -228,7 +238,21 @@ def _pair(low, high, dtype: torch.dtype, device) -> torch.Tensor:
 
 def _step_rows(counts, width, base_pair: torch.Tensor) -> torch.Tensor:
     """(B, width): row i is [low]*(width - counts[i]) + [high]*counts[i], base_pair = [low, high]."""
-    base = base_pair.repeat_interleave(width)
+    return _window_rows(base_pair.repeat_interleave(width), width, counts)
+
+
+def _window_rows(base: torch.Tensor, width: int, counts: torch.Tensor) -> torch.Tensor:
+    """(B, width): row i is `base[counts[i] : counts[i] + width]`. On the CPU fast paths NumPy
+    copies the windows on this thread, row by row (`_filled` says why one thread; torch's
+    `index_select` of overlapping windows is a strided gather, 11 ms for 1024 rows of 2500
+    where the row copies take 1.8, one thread each); elsewhere `index_select` does."""
+    if fast_paths(base.device):  # a row copy each: ~7x faster than index_select on a window
+        out = torch.empty((counts.numel(), width), dtype=base.dtype)
+        windows = np.lib.stride_tricks.sliding_window_view(base.numpy(), width)
+        rows = out.numpy()
+        for row, count in enumerate(counts.tolist()):
+            rows[row] = windows[count]
+        return out
     return base.unfold(0, width, 1).index_select(0, counts)
 
 
@@ -249,7 +273,7 @@ def _left_masks(n_len, r_len, width, max_response) -> dict[str, torch.Tensor]:
     positions = torch.cat([torch.zeros(width, **int64), torch.arange(width, **int64)])
     return {
         "attention_mask": _step_rows(n_len, width, _pair(0, 1, torch.int64, n_len.device)),
-        "position_ids": positions.unfold(0, width, 1).index_select(0, n_len),
+        "position_ids": _window_rows(positions, width, n_len),
         "response_mask": _step_rows(r_len, max_response, _pair(0, 1, torch.int64, n_len.device)),
     }
 

@@ -97,3 +97,113 @@ def test_trainer_scale_workloads_are_the_op(name: str) -> None:
 
 def test_unknown_workload_is_an_error() -> None:
     assert bench.main(ops=["no_such_op"]) == 2
+
+
+# --------------------------------------------------------------------------- per core, busy host
+
+
+def test_threads_are_set_while_open_and_restored() -> None:
+    before = torch.get_num_threads()
+    with bench.threads(1) as count:
+        assert count == torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with bench.threads(None) as count:
+        assert count == before
+
+
+def test_busy_neighbours_spin_while_open_and_are_gone_after() -> None:
+    import os
+
+    with bench.busy_neighbours(True) as count:
+        assert count == max(1, (os.cpu_count() or 2) - 1)
+        children = [p for p in _children() if "while True" in p]
+        assert len(children) == count, children
+    assert not [p for p in _children() if "while True" in p]
+    with bench.busy_neighbours(False) as count:
+        assert count == 0
+
+
+def _children() -> list[str]:
+    """The command lines of this process's children."""
+    import os
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            status = (proc / "status").read_text()
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        ppid = next((line.split()[1] for line in status.splitlines()
+                     if line.startswith("PPid:")), "")
+        if ppid == str(os.getpid()):
+            found.append(cmdline)
+    return found
+
+
+def _stand_in_peer(framework: str, target: str):
+    from batchproof.adapters import Adapter
+
+    return Adapter(name=f"{framework}.rl_batch", framework=framework,
+                   record="rl_batch.build_rl_batch", target=target, wrap=lambda fn: fn,
+                   distribution="torch", forms=None)
+
+
+def shifted_rl_batch(prompts, responses, **kwargs):
+    """build_rl_batch with position ids off by one: not the impl's output."""
+    from batchproof.impl import rl_batch
+
+    batch = rl_batch.build_rl_batch(prompts, responses, **kwargs)
+    batch["position_ids"] = batch["position_ids"] + 1
+    return batch
+
+
+def test_a_peer_is_timed_only_where_it_returns_the_impls_output(monkeypatch) -> None:
+    """A framework's function (an installed adapter's candidate) is a peer on a workload only
+    where its output is the impl's, bit for bit; otherwise it is named, with why, and not
+    timed."""
+    from batchproof import adapters
+    from batchproof.perf import peers, workloads
+
+    same = _stand_in_peer("same", "batchproof.impl.rl_batch:build_rl_batch")
+    other = _stand_in_peer("other", f"{__name__}:shifted_rl_batch")
+    monkeypatch.setattr(adapters, "all_adapters", lambda: [same, other])
+    workload = workloads.rl_batch_workload(batch=16)
+    record, case = workload.lists_call
+    found = peers.peers_for(record, case, workload.variants["impl (lists)"]())
+    assert [p.name for p in found] == [f"same.rl_batch {torch.__version__} (lists)",
+                                       f"other.rl_batch {torch.__version__} (lists)"]
+    assert found[0].run is not None and found[0].why == ""
+    assert found[1].run is None and "not the impl's output" in found[1].why
+    assert "position_ids" in found[1].why
+    found[0].run()  # what bench times: the candidate on the workload's call
+
+
+def test_per_core_runs_the_lists_forms_in_four_conditions(tmp_path) -> None:
+    path = tmp_path / "per_core.json"
+    assert bench.main(ops=["rl_batch"], quick=True, json_path=str(path), pages="system",
+                      per_core_mode=True) == 0
+    report = json.loads(path.read_text())
+    (entry,) = report.values()
+    conditions = entry["conditions"]
+    assert len(conditions) == 4 and [c["spinning"] > 0 for c in conditions.values()] == [
+        False, False, True, True]
+    assert [c["threads"] == 1 for c in conditions.values()][1::2] == [True, True]
+    for condition in conditions.values():
+        assert {"impl (lists)", "floor (lists)", "numpy rows (lists)"} <= set(
+            condition["seconds"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"per_core_mode": True, "device": "cuda"}, "--per-core"),
+    ({"per_core_mode": True, "scale": "h100"}, "--per-core"),
+    ({"batches": [0]}, "--batch must be at least 1"),
+    ({"batches": [64], "quick": True}, "--batch sizes"),
+])
+def test_per_core_and_batch_refuse_what_they_do_not_measure(kwargs, message, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match=message):
+        bench.main(ops=["rl_batch"], pages="system", **kwargs)

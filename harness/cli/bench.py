@@ -17,6 +17,7 @@ def bench(args: argparse.Namespace) -> int:
         _need_cuda()
     try:
         return bench_module.main(ops=args.op, device=args.device, json_path=args.json,
-                                 quick=args.quick, pages=args.pages, scale=args.scale)
+                                 quick=args.quick, pages=args.pages, scale=args.scale,
+                                 per_core_mode=args.per_core, batches=args.batch)
     except ValueError as err:
         raise UsageError(str(err)) from None

@@ -136,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="warm (default): glibc keeps freed memory, so outputs land on pages "
                         "already mapped, as in a long-running trainer; system: glibc's own "
                         "thresholds (large outputs may get fresh pages and page faults)")
+    p.add_argument("--batch", type=int, action="append", metavar="B",
+                   help="the batch size of the default-scale workloads (repeatable; default "
+                        "each workload's own, 1024 for rl_batch)")
+    p.add_argument("--per-core", action="store_true",
+                   help="the lists forms (impl, floor, NumPy rows, and the framework peers "
+                        "installed here that return the impl's output) quiet and beside a "
+                        "spinning process on every other core, with torch's threads and with "
+                        "one (docs/performance.md)")
     p = sub.add_parser("fuzz", help="HypoFuzz over every searched check, on every core, until "
                                     "stopped (needs batchproof[fuzz])")
     p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)

@@ -8,11 +8,16 @@ what to compare: these machines are noisy.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import json
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from rich.console import Console
@@ -125,8 +130,106 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
     return out
 
 
+# --------------------------------------------------------------------------- per core, busy host
+
+
+@contextlib.contextmanager
+def threads(count: int | None) -> Iterator[int]:
+    """torch's intra-op threads (and Numba's pool, which follows them) set to `count` while
+    open (None: as they are); yields the count in force."""
+    from batchproof.impl import kernels
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count or saved)
+    if kernels.available():
+        kernels.use_threads()
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(saved)
+        if kernels.available():
+            kernels.use_threads()
+
+
+@contextlib.contextmanager
+def busy_neighbours(busy: bool) -> Iterator[int]:
+    """While open, a spinning process (`while True: pass`) on every core but one: the data
+    loaders and actors a trainer's controller shares its cores with. Yields their count."""
+    count = max(1, (os.cpu_count() or 2) - 1) if busy else 0
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(count)]
+    try:
+        if spinners:
+            time.sleep(0.2)  # let them reach the scheduler
+        yield count
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
+
+
+CONDITIONS = (("quiet", None), ("quiet", 1), ("busy", None), ("busy", 1))
+
+
+def per_core_variants(workload: workloads.Workload) -> tuple[dict[str, Callable], list[str]]:
+    """The lists-form variants (impl, floor, NumPy rows) and the framework peers that return
+    the impl's output on this workload's call; notes on the peers that are not timed."""
+    from batchproof.perf.peers import peers_for
+
+    chosen = {name: fn for name, fn in workload.variants.items()
+              if name.endswith("(lists)")}
+    notes = []
+    if workload.lists_call is not None and "impl (lists)" in chosen:
+        record, case = workload.lists_call
+        for peer in peers_for(record, case, chosen["impl (lists)"]()):
+            if peer.run is None:
+                notes.append(f"{peer.name}: not timed: {peer.why}")
+            else:
+                chosen[peer.name] = peer.run
+    return chosen, notes
+
+
+def per_core(workload: workloads.Workload, rounds: int, progress=None) -> dict[str, dict]:
+    """Best time of every per-core variant in each condition (quiet / busy host, torch's
+    threads / one thread), each condition interleaved round by round."""
+    variants, notes = per_core_variants(workload)
+    for note in notes:
+        console.print(note)
+    timed = dataclasses.replace(workload, variants=variants)
+    results = {}
+    for host, count in CONDITIONS:
+        with busy_neighbours(host == "busy") as spinning, threads(count) as in_force:
+            label = (f"{host}, 1 thread" if count == 1 else
+                     f"{host}, torch's {in_force} thread{'s' if in_force > 1 else ''}")
+            results[label] = {"spinning": spinning, "threads": in_force,
+                              "seconds": time_variants(timed, rounds, "cpu", slow=(),
+                                                       progress=progress)}
+    return results
+
+
+def per_core_table(workload: workloads.Workload, results: dict[str, dict]) -> Table:
+    conditions = list(results)
+    table = Table(title=f"{workload.op}.{workload.name} — {workload.size}, per core and on a "
+                        "busy host (best of the rounds; ratio: the variant's time / the impl's)")
+    table.add_column("variant")
+    for label in conditions:
+        table.add_column(label, justify="right")
+    names = list(next(iter(results.values()))["seconds"])
+    for name in names:
+        cells = []
+        for label in conditions:
+            seconds = results[label]["seconds"]
+            impl = seconds.get("impl (lists)")
+            ratio = f" ({seconds[name] / impl:.2f}x)" if impl and name != "impl (lists)" else ""
+            cells.append(f"{seconds[name] * 1e3:.1f} ms{ratio}")
+        table.add_row(name, *cells)
+    return table
+
+
 def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False,
-         pages: str = "warm", scale: str = "default") -> int:
+         pages: str = "warm", scale: str = "default", per_core_mode: bool = False,
+         batches: list[int] | None = None) -> int:
     table_of = DEVICE_WORKLOADS if scale == "h100" else WORKLOADS
     names = _selected(ops, table_of)
     unknown = [n for n in names if n not in table_of]
@@ -138,11 +241,23 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
         return 2
     if pages == "warm" and not keep_freed_memory():
         pages = "system (this C library has no glibc mallopt)"
+    if per_core_mode and (device != "cpu" or scale != "default"):
+        raise ValueError("--per-core times the CPU lists forms: it takes neither --device cuda "
+                         "nor --scale h100")
+    if batches and (scale != "default" or quick):
+        raise ValueError("--batch sizes the default-scale workloads: not with --scale h100 or "
+                         "--quick")
+    if batches and min(batches) < 1:
+        raise ValueError(f"--batch must be at least 1, got {min(batches)}")
+    sizes = [{"batch": b} for b in batches] if batches else [{"batch": 64} if quick else {}]
     report = {}
     rounds = 2 if quick else 7
-    for name in names:
-        kwargs = ({"batch": 64} if scale == "default" else
-                  QUICK_DEVICE_SIZES.get(name, QUICK_DEVICE_SIZE)) if quick else {}
+    if per_core_mode:
+        return _per_core_main(names, rounds, sizes, pages, json_path)
+    runs = [(name, size) for name in names for size in sizes] if scale == "default" else \
+        [(name, QUICK_DEVICE_SIZES.get(name, QUICK_DEVICE_SIZE) if quick else {})
+         for name in names]
+    for name, kwargs in runs:
         workload = table_of[name](device=device, **kwargs)
         if quick and workload.check is not None:  # the reference is cheap at this size only
             workload.check()
@@ -168,11 +283,31 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
         floor = best.get("floor (output write)")
         if floor:
             console.print(f"write bandwidth (floor): {workload.output_bytes / floor / 1e9:.1f} GB/s")
-        report[name] = {"size": workload.size, "device": device, "seconds": best,
+        report[name if len(sizes) == 1 else f"{name} {workload.size}"] = {
+                        "size": workload.size, "device": device, "seconds": best,
                         "output_bytes": workload.output_bytes, "pages": pages,
                         "write_bandwidth_gbps": workload.output_bytes / floor / 1e9
                         if floor else None}
         del workload  # its inputs: free before the next workload's are made (device memory)
+    if json_path:
+        with open(json_path, "w") as handle:
+            json.dump(report, handle, indent=2)
+    return 0
+
+
+def _per_core_main(names: list[str], rounds: int, sizes: list[dict], pages: str,
+                   json_path: str | None) -> int:
+    report = {}
+    for name, size in [(name, size) for name in names for size in sizes]:
+        workload = WORKLOADS[name](device="cpu", **size)
+        total = len(CONDITIONS) * rounds * 8
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"{name} per core ({workload.size})", total=total)
+            results = per_core(workload, rounds, lambda task=task: progress.advance(task))
+        console.print(per_core_table(workload, results))
+        report[f"{name} {workload.size}"] = {"size": workload.size, "pages": pages,
+                                             "cpu_count": os.cpu_count(), "conditions": results}
+        del workload
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(report, handle, indent=2)

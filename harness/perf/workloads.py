@@ -20,6 +20,7 @@ import torch
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
+from batchproof.registry import Case
 
 
 @dataclass
@@ -35,6 +36,9 @@ class Workload:
     # compares the impl's output with the reference op's on the same inputs (raises an
     # AssertionError); the reference is slow: `bench --quick` runs it, at the quick size only
     check: Callable[[], None] | None = None
+    # (record, the lists-form call of "impl (lists)"): what a framework peer is given
+    # (`perf.peers`, `bench --per-core`)
+    lists_call: tuple[str, Case] | None = None
 
 
 def rl_batch_inputs(batch: int = 1024, seed: int = 0, prompt=(50, 500), response=(50, 2000),
@@ -106,8 +110,10 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         variants["numpy rows (jagged)"] = lambda: numpy_rows_rl_batch(
             j_prompts, j_responses, pad_token_id=0, **jagged)
     tokens = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+    call = Case((prompts, responses), {"pad_token_id": 0, **per_token})
     return Workload("rl_batch", "build_rl_batch", f"B={batch}, {tokens / 1e6:.2f} M tokens",
-                    variants, output_bytes, tokens)
+                    variants, output_bytes, tokens,
+                    lists_call=("rl_batch.build_rl_batch", call))
 
 
 def torch_path(fn: Callable[[], object]) -> Callable[[], object]:
@@ -424,7 +430,8 @@ def collate_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) 
     }
     tokens = sum(len(ex["input_ids"]) for ex in examples)
     return Workload("sft", "collate_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens", variants,
-                    _bytes(outputs), tokens)
+                    _bytes(outputs), tokens,
+                    lists_call=("sft.collate_sft", Case((examples,), {"pad_token_id": 0})))
 
 
 def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> Workload:
@@ -460,7 +467,9 @@ def pack_sft_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
             jagged, pad_token_id=0, **SFT_PACK_CONFIG)
     tokens = sum(len(ex["input_ids"]) for ex in examples)
     return Workload("sft", "pack_sft", f"N={batch}, {tokens / 1e6:.2f} M tokens, "
-                    f"{rows} x {width} rows, dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens)
+                    f"{rows} x {width} rows, dp=8 tp=2 cp=2", variants, _bytes(outputs), tokens,
+                    lists_call=("sft.pack_sft", Case((examples,), {"pad_token_id": 0,
+                                                                   **SFT_PACK_CONFIG})))
 
 
 def device_sft_batch(batch: int, device: str, length_min: int, length_max: int, seed: int = 0,
