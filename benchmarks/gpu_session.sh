@@ -52,7 +52,8 @@ fi
 pids=()
 if has pytest; then
   ( timeout "${PYTEST_LIMIT:-420}" $PY -m pytest -m gpu -n ${PYTEST_WORKERS:-6} -p no:cacheprovider -q -rfE ${PYTEST_K:+-k "$PYTEST_K"} \
-      --junitxml="$LOG/pytest_gpu.xml" tests/test_registry.py tests/test_nesting.py \
+      --junitxml="$LOG/pytest_gpu.xml" tests/test_host_reads.py tests/test_cp.py \
+      tests/test_cli.py tests/test_registry.py tests/test_nesting.py \
       tests/test_balance.py tests/test_varlen.py tests/test_sft.py tests/test_trainer.py \
       tests/test_pipeline.py tests/test_packaging.py > "$LOG/pytest_gpu.txt" 2>&1
     echo "pytest rc=$?" >> "$LOG/pytest_gpu.txt" ) &

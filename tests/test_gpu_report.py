@@ -98,3 +98,20 @@ def test_throughput_table_on_the_cpu(report) -> None:
     assert all(v["MATH"] == "ok" for v in notes.values())
     table = report.throughput_markdown(setup, rows, notes)
     assert table.count("| dense padded |") == 2 and table.count("| packed |") == 2
+
+
+def test_the_gpu_session_runs_every_test_file_with_a_gpu_test() -> None:
+    """`benchmarks/gpu_session.sh`'s pytest stage names its files: a file with a `gpu`-marked
+    test that it leaves out would never run on a lent GPU (test_host_reads.py and test_cp.py
+    were left out until 2026-11-27)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = (root / "benchmarks" / "gpu_session.sh").read_text()
+    stage = script[script.index("if has pytest; then"):script.index("if has verify; then")]
+    named = set(re.findall(r"tests/(test_\w+\.py)", stage))
+    marker = re.compile(r"^\s*@pytest\.mark\.gpu\b|^pytestmark = .*pytest\.mark\.gpu", re.M)
+    with_gpu = {path.name for path in (root / "tests").glob("test_*.py")
+                if marker.search(path.read_text())}
+    assert with_gpu <= named, sorted(with_gpu - named)
