@@ -840,9 +840,14 @@ MCORE_ADAPTERS = {"verl.cp_packed_seqs": {"no_sequences_raises"},
 
 @pytest.mark.parametrize("name", MCORE_ADAPTERS)
 def test_verl_mcore_has_known_divergences_only(verl_mcore, name: str) -> None:
+    """Equivalence and the pins (every check runs in the framework matrix's `batchproof check
+    --impl verl`, which fails on a new divergence): no new divergence, each known one
+    confirmed."""
     from batchproof import registry
 
-    report = _run(name, registry.get("cp.shard").check_names(), examples=30)
+    checks = [c for c in registry.get("cp.shard").check_names()
+              if c == "equivalence" or c.startswith("pin:")]
+    report = _run(name, checks, examples=30)
     assert not report.new, [(o.check, o.detail, o.minimal) for o in report.new]
     assert not report.unexplained and not report.errors
     statuses = {o.check: o.status for o in report.outcomes}

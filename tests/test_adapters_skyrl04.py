@@ -331,8 +331,10 @@ CP_ADAPTER = "skyrl.cp_packed_indices"
 @pytest.mark.parametrize("name, pin", [(CP_ADAPTER, "pin:te_1930_last_valid_token_kept"),
                                        ("skyrl.cp_rank_bshd", "pin:megatron_bshd_zigzag")])
 def test_skyrl_cp_functions_agree_with_the_contract(skyrl_megatron, name: str, pin: str) -> None:
-    adapter = adapters.get_adapter(name)
-    report = _run(adapter, registry.get(adapter.record).check_names(), examples=30)
+    adapter = adapters.get_adapter(name)  # every check: the matrix's `check --impl skyrl`
+    checks = [c for c in registry.get(adapter.record).check_names()
+              if c == "equivalence" or c.startswith("pin:")]
+    report = _run(adapter, checks, examples=30)
     assert not report.new and not report.unexplained and not report.errors, report.outcomes
     statuses = {o.check: o.status for o in report.outcomes}
     assert statuses["equivalence"] == "pass" and statuses[pin] == "pass", statuses

@@ -140,10 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the batch size of the default-scale workloads (repeatable; default "
                         "each workload's own, 1024 for rl_batch)")
     p.add_argument("--per-core", action="store_true",
-                   help="the lists forms (impl, floor, NumPy rows, and the framework peers "
-                        "installed here that return the impl's output) quiet and beside a "
-                        "spinning process on every other core, with torch's threads and with "
-                        "one (docs/performance.md)")
+                   help="every variant but the reference, and the framework peers installed "
+                        "here that return the impl's output, quiet and beside a spinning "
+                        "process on every other core, with torch's threads and with one "
+                        "(docs/performance.md)")
     p = sub.add_parser("fuzz", help="HypoFuzz over every searched check, on every core, until "
                                     "stopped (needs batchproof[fuzz])")
     p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)
