@@ -116,9 +116,9 @@ def test_busy_neighbours_spin_while_open_and_are_gone_after() -> None:
 
     with bench.busy_neighbours(True) as count:
         assert count == max(1, (os.cpu_count() or 2) - 1)
-        children = [p for p in _children() if "while True" in p]
+        children = [p for p in _children() if "getppid() == parent" in p]
         assert len(children) == count, children
-    assert not [p for p in _children() if "while True" in p]
+    assert not [p for p in _children() if "getppid() == parent" in p]
     with bench.busy_neighbours(False) as count:
         assert count == 0
 
@@ -208,3 +208,53 @@ def test_per_core_and_batch_refuse_what_they_do_not_measure(kwargs, message, mon
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ValueError, match=message):
         bench.main(ops=["rl_batch"], pages="system", **kwargs)
+
+
+def test_a_spinner_stops_when_its_parent_is_gone() -> None:
+    """A bench killed outright (SIGKILL: no `finally`) leaves no spinner behind."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import time\n"
+        "from batchproof.perf import bench\n"
+        "with bench.busy_neighbours(True):\n"
+        "    time.sleep(600)\n")])
+    deadline = time.time() + 30
+    spinners = []
+    while time.time() < deadline and not spinners:
+        time.sleep(0.2)
+        spinners = [int(p.name) for p in Path("/proc").iterdir()
+                    if p.name.isdigit() and _parent_of(p) == parent.pid]
+    assert spinners, "no spinner started"
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(pid) for pid in spinners):
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in spinners), spinners
+
+
+def _parent_of(proc) -> int | None:
+    try:
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("PPid:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its new parent to reap it."""
+    from pathlib import Path
+
+    try:
+        state = next(line for line in (Path("/proc") / str(pid) / "status").read_text()
+                     .splitlines() if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return False
+    return " Z " not in state + " " and "zombie" not in state

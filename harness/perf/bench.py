@@ -153,11 +153,12 @@ def threads(count: int | None) -> Iterator[int]:
 
 @contextlib.contextmanager
 def busy_neighbours(busy: bool) -> Iterator[int]:
-    """While open, a spinning process (`while True: pass`) on every core but one: the data
-    loaders and actors a trainer's controller shares its cores with. Yields their count."""
+    """While open, a spinning process on every core but one: the data loaders and actors a
+    trainer's controller shares its cores with. Yields their count. Each spins only while its
+    parent lives (it checks `getppid`), so a bench killed outright leaves no spinner behind."""
     count = max(1, (os.cpu_count() or 2) - 1) if busy else 0
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(count)]
+    spin = f"import os\nparent = {os.getpid()}\nwhile os.getppid() == parent: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
     try:
         if spinners:
             time.sleep(0.2)  # let them reach the scheduler
