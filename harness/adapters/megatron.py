@@ -57,6 +57,25 @@ def default_group() -> None:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=0, world_size=1)
 
 
+# --------------------------------------------------------------------------- shared by the CP
+# adapters of frameworks built on Megatron (verl_mcore, skyrl_megatron)
+
+BOUNDARIES = ("cu_seqlens", "cu_seqlens_padded")
+
+
+def padded_row(call: Call) -> Any:
+    """`cp.shard`'s padded row (a TensorDict or a dict), or None for anything else."""
+    padded = call.arg("padded")
+    return padded if isinstance(padded, (dict, TensorDictBase)) else None
+
+
+def per_token_fields(padded: Any, not_compared: tuple[str, ...]) -> list[str]:
+    """The padded row's per-token tensor fields: every tensor entry but the two boundaries and
+    the outputs an adapter does not compare."""
+    return [key for key in padded.keys() if key not in BOUNDARIES + not_compared
+            and isinstance(padded[key], torch.Tensor)]
+
+
 def bshd_adapter(get_batch: Callable[..., Any]) -> Callable[..., Any]:
     def shard_bshd(batch, *, cp_size, layout="zigzag", cp_rank=None):
         default_group()

@@ -32,10 +32,10 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof.adapters import Adapter, Call, register_adapter
+from batchproof.adapters.megatron import padded_row, per_token_fields
 from batchproof.adapters.skyrl import typed_dict_for_pydantic
 
 MODEL_UTILS = "skyrl.backends.skyrl_train.distributed.megatron.model_utils"
-BOUNDARIES = ("cu_seqlens", "cu_seqlens_padded")
 NOT_COMPARED = ("token_index", "cu_seqlens", "cu_seqlens_padded", "rank", "cp_size", "layout")
 
 
@@ -49,11 +49,6 @@ def local_slots(rank_of: torch.Tensor, local: torch.Tensor, rank: int, n: int) -
         return out.fill_(-2)
     out[slots] = torch.nonzero(mine).flatten()
     return out
-
-
-def per_token_fields(padded: Any) -> list[str]:
-    return [key for key in padded.keys() if key not in BOUNDARIES + NOT_COMPARED
-            and isinstance(padded[key], torch.Tensor)]
 
 
 def indices_adapter(rank_and_local: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,20 +66,16 @@ def indices_adapter(rank_and_local: Callable[..., Any]) -> Callable[..., Any]:
         ranks = range(cp_size) if cp_rank is None else [cp_rank]
         index = torch.stack([local_slots(rank_of, local, rank, total // cp_size)
                              for rank in ranks])
-        fields = {key: padded[key][0][index.clamp(min=0)] for key in per_token_fields(padded)}
+        fields = {key: padded[key][0][index.clamp(min=0)]
+                  for key in per_token_fields(padded, NOT_COMPARED)}
         return TensorDict({**fields, "padded_index": index}, batch_size=[len(ranks)])
 
     return shard
 
 
-def _padded(call: Call) -> Any:
-    padded = call.arg("padded")
-    return padded if isinstance(padded, (dict, TensorDictBase)) else None
-
-
 def zigzag_call(call: Call) -> bool:
     """A valid zigzag call (SkyRL's map is zigzag only)."""
-    return call.valid and _padded(call) is not None and call.arg("layout") == "zigzag"
+    return call.valid and padded_row(call) is not None and call.arg("layout") == "zigzag"
 
 
 CP_PACKED_INDICES = register_adapter(Adapter(

@@ -48,11 +48,16 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from batchproof import blocks as hs
 from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
-from batchproof.adapters.megatron import RankOfGroup, default_group
+from batchproof.adapters.megatron import (
+    RankOfGroup,
+    default_group,
+    padded_row,
+    per_token_fields,
+)
 from batchproof.ops import cp as cp_op
 from batchproof.reference import cp as _reference
 from batchproof.registry import Case
@@ -61,7 +66,6 @@ MCORE_UTIL = "verl.models.mcore.util"
 UPSTREAM = "verl/models/mcore/util.py, preprocess_packed_seqs (verl 0.9.1)"
 NOT_COMPARED = ("position_ids", "labels", "padded_index", "cu_seqlens", "rank", "cp_size",
                 "layout")
-BOUNDARIES = ("cu_seqlens", "cu_seqlens_padded")
 
 
 @contextlib.contextmanager
@@ -77,14 +81,6 @@ def megatron_cp_rank(cp_size: int, rank: int) -> Iterator[None]:
         yield
     finally:
         mpu._CONTEXT_PARALLEL_GROUP, mpu._MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE = saved
-
-
-def per_token_fields(padded: Any) -> list[str]:
-    """The padded row's per-token tensor fields that verl is given (boundaries and the fields
-    not compared left out), input_ids first."""
-    keys = [key for key in padded.keys() if key not in BOUNDARIES + NOT_COMPARED
-            and isinstance(padded[key], torch.Tensor)]
-    return sorted(keys, key=lambda key: key != "input_ids")
 
 
 def as_verl_batch(field: torch.Tensor, cu: list[int], cu_padded: list[int]):
@@ -151,7 +147,7 @@ def sharding_with(slicer_of: Callable[..., Slicer], *, local_boundaries: bool):
             slicer = slicer_of(preprocess, layout)
             cu = padded["cu_seqlens"].tolist()
             cu_padded = padded["cu_seqlens_padded"].tolist()
-            fields = per_token_fields(padded)
+            fields = per_token_fields(padded, NOT_COMPARED)
             ranks = range(cp_size) if cp_rank is None else [cp_rank]
             out: dict[str, list[torch.Tensor]] = {key: [] for key in [*fields, "token_index"]}
             if local_boundaries:
@@ -179,11 +175,6 @@ thd_engine_adapter = sharding_with(thd_engine_slicer, local_boundaries=False)
 # --------------------------------------------------------------------------- domain
 
 
-def _padded(call: Call) -> Any:
-    padded = call.arg("padded")
-    return padded if isinstance(padded, (dict, TensorDictBase)) else None
-
-
 def verl_step(cp_size: int, layout: str) -> int:
     """The multiple verl pads every sequence to (TP 1): 2·cp for zigzag, cp for contiguous (one
     interval per rank), nothing for cp = 1."""
@@ -194,7 +185,7 @@ def padded_as_verl_pads(layouts: tuple[str, ...]) -> Callable[[Call], bool]:
     """A valid call in one of `layouts` on a padded row padded as verl pads (every span
     roundup(l, verl_step)) with 0 at every pad of every field verl is given."""
     def supports(call: Call) -> bool:
-        padded = _padded(call)
+        padded = padded_row(call)
         layout = call.arg("layout")
         if not call.valid or padded is None or layout not in layouts:
             return False
@@ -206,7 +197,7 @@ def padded_as_verl_pads(layouts: tuple[str, ...]) -> Callable[[Call], bool]:
         if any(end - start != -(-length // step) * step for start, end, length in spans):
             return False
         return not any(bool((padded[key][0, start + length:end] != 0).any())
-                       for key in per_token_fields(padded) for start, end, length in spans)
+                       for key in per_token_fields(padded, NOT_COMPARED) for start, end, length in spans)
 
     supports.__name__ = supports.__qualname__ = f"padded_as_verl_pads_{'_'.join(layouts)}"
     return supports
@@ -261,7 +252,7 @@ def verl_padded_cases(draw, layouts: tuple[str, ...] = ("zigzag",)) -> Case:
 
 def no_sequences(call: Call) -> bool:
     """A valid row of S = 0 sequences (`cu_seqlens` = [0]): verl's micro-batch of 0 rows."""
-    padded = _padded(call)
+    padded = padded_row(call)
     return call.valid and padded is not None and padded["cu_seqlens"].numel() == 1
 
 

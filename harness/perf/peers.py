@@ -4,7 +4,8 @@ host").
 
 A peer is an adapter's candidate (the framework's function behind the contract's signature,
 `batchproof.adapters`) for the workload's record, given the workload's lists-form call. It is
-timed only where it returns the impl's outputs on that call, bit for bit (the fields it provides):
+timed only where it returns the impl's outputs on that call by the record's comparator (bit for
+bit for every record with a peer today), on the fields it provides (as `check` compares them):
 a faster function that computes something else is not a peer. The adapter's own wrapping (a
 TensorDict around the framework's tensors) is timed with it: microseconds against milliseconds.
 
@@ -33,9 +34,9 @@ def peers_for(record: str, case: Case, impl_output: Any) -> list[Peer]:
     """Every installed framework's adapter for `record` that fits its installed version, has
     what it needs, takes the lists form and this call: timed when its output on `case` is the
     impl's (`impl_output`)."""
-    from batchproof import adapters
+    from batchproof import adapters, registry
     from batchproof.adapters import FrameworkMissing
-    from batchproof.compare import Mismatch, assert_identical
+    from batchproof.adapters.runner import _compare_provided
 
     found = []
     for adapter in adapters.all_adapters():
@@ -50,16 +51,14 @@ def peers_for(record: str, case: Case, impl_output: Any) -> list[Peer]:
         except FrameworkMissing as err:
             found.append(Peer(name, None, f"cannot be imported: {err}"))
             continue
-        if not adapter.supports(adapter.call_of(case)):
+        if not adapter.in_domain(adapter.call_of(case)):
             found.append(Peer(name, None, "this input is outside its adapter's domain"))
             continue
+        # the record's comparator, blind to what the adapter does not provide (as `check`)
+        compare = _compare_provided(registry.get(record).compare, adapter.not_provided)
         try:
-            output = candidate(*case.args, **case.kwargs)
-            expected = impl_output.exclude(*adapter.not_provided) if adapter.not_provided \
-                else impl_output
-            assert_identical(expected, output.exclude(*adapter.not_provided)
-                             if adapter.not_provided else output)
-        except (Mismatch, Exception) as err:  # noqa: BLE001 - not a peer on this input
+            compare(impl_output, candidate(*case.args, **case.kwargs))
+        except Exception as err:  # noqa: BLE001 - a Mismatch or a raise: not a peer here
             found.append(Peer(name, None, f"not the impl's output here: {type(err).__name__}: "
                                           f"{str(err).splitlines()[0][:120]}"))
             continue
