@@ -7,7 +7,7 @@ terminal itself — not when `FORCE_COLOR` or `TTY_COMPATIBLE` ask rich to behav
 one (they colour a log; they do not make it a screen). Off a terminal the bars and spinners
 print nothing: each command's tables and summary say what ran. mutmut's own spinner, which
 it writes whatever its output is, is settled to its last frame per line
-(`copy_settled`). docs/harness.md, "Output".
+(`copy_settled`). docs/harness.md, "Output in a log".
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Hypothesis and torch do between calls; a check's report then drowns in copies of
 would have been shown is counted instead (`default`, `once` and `module` filters count each
 occurrence), and the report prints each distinct one once with its count. Filters that `ignore`
 a warning still ignore it, and `error` filters still raise it: what the user or the framework
-decided about a warning stands (docs/frameworks.md, "Warnings").
+decided about a warning stands (docs/frameworks.md, "The framework's warnings").
 """
 
 from __future__ import annotations

@@ -173,9 +173,9 @@ def _reported_by_nodeid(db) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def short_fuzz_run(tmp_path_factory):
     """`batchproof fuzz --op balance.restore_order -n 1` in an empty folder, stopped as
-    `timeout` stops it (SIGTERM) once HypoFuzz has reported inputs of every check (about 30 s
-    on a 2-core machine): (its output, its status, its database, the node id -> test cases
-    HypoFuzz reported by then)."""
+    `timeout` stops it (SIGTERM) once HypoFuzz has reported inputs of every check (50-70 s on
+    a 2-core machine shared with other jobs, most of it HypoFuzz starting): (its output, its
+    status, its database, the check's test name -> test cases HypoFuzz reported by then)."""
     if not HYPOFUZZ:
         pytest.skip("needs HypoFuzz (pip install 'batchproof[fuzz]')")
     from hypofuzz.database import HypofuzzDatabase

@@ -1,6 +1,7 @@
-"""Reports a person can read in a log (docs/harness.md, "Output"; docs/frameworks.md,
-"Warnings"): a target's warnings are tallied per check, one line each with its count, never
-printed once per call and never lost; spinners and bars are drawn only on a terminal."""
+"""Reports a person can read in a log (docs/harness.md, "Output in a log"; docs/frameworks.md,
+"The framework's warnings"): a target's warnings are tallied per check, one line each with its
+count, never printed once per call and never lost; spinners and bars are drawn only on a
+terminal."""
 
 from __future__ import annotations
 
