@@ -4,6 +4,7 @@ in `batchproof verify`, the pytest suite and CI."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import signal
@@ -148,29 +149,124 @@ def test_fuzz_usage_errors(monkeypatch, capsys, words) -> None:
     assert capsys.readouterr().err.count("\n") == 1
 
 
-@pytest.mark.skipif(not HYPOFUZZ, reason="needs HypoFuzz (pip install 'batchproof[fuzz]')")
-def test_a_short_hypofuzz_run_finds_nothing_on_impl(tmp_path) -> None:
-    from hypofuzz.database import HypofuzzDatabase
-    from hypofuzz.database.models import FailureState
+RESTORE_ORDER = "balance.restore_order"  # a small record: three searched checks
 
-    info = registry.get("balance.restore_order")
-    keys = {c: _key(checks.given_test(info, c)) for c in info.check_names() if checks.searched(c)}
-    db = HypofuzzDatabase(DirectoryBasedExampleDatabase(tmp_path / ".hypothesis" / "examples"))
+
+def _reported_by_nodeid(db) -> dict[str, int]:
+    """node id -> the test cases HypoFuzz's reports count for it (each process's last report,
+    summed), read through the tests HypoFuzz says it started and the node id each report
+    names: nothing of batchproof's keys or summary."""
+    from hypofuzz.database.database import test_keys_key
+
+    best: dict[tuple[str, str], int] = {}
+    for key in db.fetch(test_keys_key):
+        for report in db.reports.fetch(key):
+            cases = sum(report.status_counts.values())
+            slot = (report.nodeid, report.worker_uuid)
+            best[slot] = max(best.get(slot, 0), cases)
+    totals: dict[str, int] = {}
+    for (nodeid, _), cases in best.items():
+        totals[nodeid] = totals.get(nodeid, 0) + cases
+    return totals
+
+
+@pytest.fixture(scope="module")
+def short_fuzz_run(tmp_path_factory):
+    """`batchproof fuzz --op balance.restore_order -n 1` in an empty folder, stopped as
+    `timeout` stops it (SIGTERM) once HypoFuzz has reported inputs of every check (50-70 s on
+    a 2-core machine shared with other jobs, most of it HypoFuzz starting): (its output, its
+    status, its database, the check's test name -> test cases HypoFuzz reported by then)."""
+    if not HYPOFUZZ:
+        pytest.skip("needs HypoFuzz (pip install 'batchproof[fuzz]')")
+    from hypofuzz.database import HypofuzzDatabase
+
+    folder = tmp_path_factory.mktemp("fuzz")
+    info = registry.get(RESTORE_ORDER)
+    nodeids = [checks.fuzz_node_id(info, c) for c in info.check_names() if checks.searched(c)]
+    database = folder / ".hypothesis" / "examples"
+    db = HypofuzzDatabase(DirectoryBasedExampleDatabase(database))
     run = subprocess.Popen([sys.executable, "-m", "batchproof", "fuzz", "--op", info.name,
-                            "-n", "1"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            "-n", "1"], cwd=folder, env=_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:  # until HypoFuzz has reported on every check, under run_check's keys
+    reported: dict[str, int] = {}
+    try:  # until HypoFuzz has reported inputs run on every check
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and run.poll() is None \
-                and not all(list(db.reports.fetch(k)) for k in keys.values()):
+                and not all(reported.get(n) for n in nodeids):
             time.sleep(0.5)
+            reported = _reported_by_nodeid(db)
     finally:
         os.killpg(run.pid, signal.SIGTERM)  # what `timeout` does
         out, _ = run.communicate(timeout=60)
-    assert run.returncode == 130, out
-    assert all(list(db.reports.fetch(k)) for k in keys.values()), out
-    assert not any(list(db.failures(state=FailureState.SHRUNK).fetch(k)) for k in keys.values())
-    assert "using 1 process to fuzz 3 tests" in out
+    return SimpleNamespace(out=out, returncode=run.returncode, db=db, database=database,
+                           reported={n.split("::test_")[1]: reported.get(n, 0) for n in nodeids})
+
+
+def test_a_short_hypofuzz_run_finds_nothing_on_impl(short_fuzz_run) -> None:
+    from hypofuzz.database.models import FailureState
+
+    run = short_fuzz_run
+    info = registry.get(RESTORE_ORDER)
+    keys = {c: _key(checks.given_test(info, c)) for c in info.check_names() if checks.searched(c)}
+    assert run.returncode == 130, run.out
+    # under run_check's keys
+    assert all(list(run.db.reports.fetch(k)) for k in keys.values()), run.out
+    assert not any(list(run.db.failures(state=FailureState.SHRUNK).fetch(k))
+                   for k in keys.values())
+    assert "using 1 process to fuzz 3 tests" in run.out
     for check in keys:
-        assert check in out  # the summary table
-    assert "failing examples are saved" not in out
+        assert check in run.out  # the summary table
+    assert "failing examples are saved" not in run.out
+
+
+def _summary_rows(out: str) -> dict[str, tuple[str, str]]:
+    """check -> (test cases, behaviours) as the summary table prints them."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if len(cells) == 5 and cells[0] == RESTORE_ORDER:
+            rows[cells[1]] = (cells[2], cells[3])
+    return rows
+
+
+def _assert_counts_what_ran(out: str, reported: dict[str, int]) -> None:
+    """Every check's row counts test cases and behaviours, at least the test cases HypoFuzz had
+    reported when the run was stopped (its reports only grow)."""
+    info = registry.get(RESTORE_ORDER)
+    rows = _summary_rows(out)
+    assert set(rows) == {c for c in info.check_names() if checks.searched(c)}, out
+    for check, (cases, behaviours) in rows.items():
+        assert cases.isdigit() and behaviours.isdigit(), out
+        assert int(cases) >= reported[checks.check_test_name(info, check)] > 0, out
+        assert int(behaviours) > 0, out
+
+
+def test_fuzz_counts_the_inputs_hypofuzz_ran(short_fuzz_run, monkeypatch, capsys) -> None:
+    """The closing table counts what HypoFuzz's reports say ran (it once read another key and
+    printed 0 everywhere); planted twins that read that other key, or drop every report, fail
+    the same assertion on the same run."""
+    run = short_fuzz_run
+    _assert_counts_what_ran(run.out, run.reported)
+
+    fuzz = importlib.import_module("batchproof.cli.fuzz")
+    info = registry.get(RESTORE_ORDER)
+    pairs = [(info, c) for c in info.check_names() if checks.searched(c)]
+    settings.register_profile("the short run's", profiles.PROFILES["nightly"],
+                              database=DirectoryBasedExampleDatabase(run.database))
+    settings.load_profile("the short run's")
+    fuzz._fuzz_summary(pairs, since=0.0)
+    _assert_counts_what_ran(capsys.readouterr().out, run.reported)  # this summary, in-process
+
+    def inner_digest(info, check):  # the key the summary once read: nothing is kept there
+        return function_digest(checks.given_test(info, check).hypothesis.inner_test)
+
+    twins = {"wrong key": ("fuzz_database_key", inner_digest),
+             "drops reports": ("latest_reports", lambda reports, since: [])}
+    for name, (attribute, twin) in twins.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(fuzz, attribute, twin)
+            fuzz._fuzz_summary(pairs, since=0.0)
+        out = capsys.readouterr().out
+        assert "could not count" in out, name  # says so, rather than 0
+        with pytest.raises(AssertionError):
+            _assert_counts_what_ran(out, run.reported)

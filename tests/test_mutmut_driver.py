@@ -252,7 +252,7 @@ THEIRS = textwrap.dedent('''\
     ''')
 
 
-def test_mutate_a_users_function_with_the_contracts_checks(tmp_path, monkeypatch, capsys) -> None:
+def test_mutate_a_users_function_with_the_contracts_checks(tmp_path, monkeypatch, capfd) -> None:
     """`batchproof mutate --impl`: mutmut over the user's module, `batchproof.check` as the test.
     The contract's checks kill every mutant of this function; the `divisible` property alone
     lets some survive (a multiple of the right one is still divisible), and says which."""
@@ -265,11 +265,18 @@ def test_mutate_a_users_function_with_the_contracts_checks(tmp_path, monkeypatch
     base = ["mutate", "--impl", "theirs_multiple:required_multiple", "--op",
             "trainer.required_multiple", "--skip", "errors", "--max-examples", "15"]
     assert main(base) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out  # mutmut's own output too (its process writes to the fd)
     assert "kill rate 100.0%" in out and "not reached by the checks" in out
     assert "helper_nobody_calls" in out
+    _assert_settled(out)
     assert main([*base, "--check", "property:divisible"]) == 1
-    assert "SURVIVED: theirs_multiple.x_required_multiple__mutmut_" in capsys.readouterr().out
+    assert "SURVIVED: theirs_multiple.x_required_multiple__mutmut_" in capfd.readouterr().out
+
+
+def _assert_settled(out: str) -> None:
+    """Output to a file, as a log: mutmut's phases once each, none of its spinner's redraws."""
+    assert "\r" not in out and not any(frame in out for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), out
+    assert out.count("Running mutation testing") == 1, out
 
 
 def test_a_function_that_fails_its_checks_is_not_mutated(tmp_path, monkeypatch, capsys) -> None:

@@ -33,7 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 from tensordict import TensorDictBase
 
-from batchproof import blocks, registry
+from batchproof import blocks, registry, terminal
 from batchproof.adapters import (
     Adapter,
     AdapterError,
@@ -58,6 +58,7 @@ from batchproof.compare import Mismatch
 from batchproof.registry import BadCase, Candidate, Case, OpInfo
 from batchproof.report import Failure, command, describe, without_explain
 from batchproof.statuses import KnownStatus, Outcome, exit_status
+from batchproof.warning_tally import SeenWarning, TalliedCall, WarningTally, summary_lines
 
 console = Console(width=None if Console().is_terminal else 140)
 
@@ -141,6 +142,13 @@ class CheckOutcome:
     # for a new divergence, the scope option it traces to (`traces_to`): ("skip", "errors"),
     # ("layout", "left"), ("forms", "lists"), ("not_provided", "position_ids"); () for none
     traces: tuple[str, ...] = ()
+    # the target's warnings during the check, each distinct one once with its count
+    # (`batchproof.warning_tally`); `warnings_not_kept`: occurrences past the distinct ones kept
+    warnings: list[SeenWarning] = field(default_factory=list)
+    warnings_not_kept: int = 0
+
+    def take_warnings(self, tally: WarningTally) -> None:
+        self.warnings, self.warnings_not_kept = tally.seen, tally.more
 
     def lines(self, replay: str = "") -> list[str]:
         """The failure as a person reads it (`batchproof.report`)."""
@@ -360,12 +368,15 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
         raise ValueError(f"{base.name} has no check {sorted(unknown)}")
     if device not in base.devices:
         raise ValueError(f"{base.name} is checked on {list(base.devices)}, not on {device}")
-    candidate = completed(candidate, base.reference, adapter.not_provided)
+    # every call of the target counts its warnings, handed to each check's outcome in turn
+    candidate = TalliedCall(completed(candidate, base.reference, adapter.not_provided))
     misfit = fit_problem(adapter, candidate)
     if misfit:  # one line for the whole adapter, not one divergence per check
+        not_run = [CheckOutcome(adapter.name, adapter.record, c, Outcome.NOT_RUN)
+                   for c in wanted]
+        not_run[0].take_warnings(candidate.take())  # the probe's
         return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
-                             [CheckOutcome(adapter.name, adapter.record, c, Outcome.NOT_RUN)
-                              for c in wanted], [], 0, misfit=misfit,
+                             not_run, [], 0, misfit=misfit,
                              framework=adapter.framework, scope=adapter.scope)
     tally = KnownTally()
     info = adapted_record(adapter, candidate, tally)
@@ -427,6 +438,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                 outcome.status = Outcome.ERROR
                 outcome.detail = "no example reached the target, and none was set aside: " \
                                  "batchproof's own failure"
+        outcome.take_warnings(candidate.take())  # the first check's: the probe's too
         outcomes.append(outcome)
     known = [tally.entry(k) for k in adapter.known]
     return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
@@ -654,7 +666,7 @@ def run_adapter(chosen: Adapter, scope: Scope, **options: Any) -> AdapterReport:
         return failed(str(err), misfit=f"cannot be imported: {err}")
     checks = [c for c in scope.checks or () if c in registry.get(chosen.record).check_names()]
     try:
-        with console.status(f"checking {chosen.name} ({chosen.target})"):
+        with terminal.status(console, f"checking {chosen.name} ({chosen.target})"):
             return check_adapter(chosen, candidate, checks=checks or None,
                                  report_multiple_bugs=False, **options)
     except Exception as err:  # noqa: BLE001 - batchproof's own failure, reported as such
@@ -715,6 +727,14 @@ def command_words(impl: str | None, chosen: Adapter, *, adapter: str | None = No
     return words + (["--profile", profile] if profile else [])
 
 
+def print_warnings(report: AdapterReport, say) -> None:
+    """The target's warnings, per check: each distinct one on one line with its count and
+    first location (`--json` has them as fields)."""
+    for line in summary_lines([(o.check, o.warnings, o.warnings_not_kept)
+                               for o in report.outcomes]):
+        say(line)
+
+
 _STYLE = {Outcome.PASS: "[green]PASS[/green]", Outcome.NEW: "[red]NEW DIVERGENCE[/red]",
           Outcome.KNOWN: "[yellow]known[/yellow]", Outcome.SKIPPED: "[dim]skipped[/dim]",
           Outcome.NOT_TESTED: "[yellow]NOT TESTED[/yellow]", Outcome.ERROR: "[red]ERROR[/red]",
@@ -773,6 +793,7 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
                 say(f"    NEW: diverged another way than described, smallest: {k['otherwise']}")
     if report.unsupported:
         say(f"{report.unsupported} generated inputs were outside the adapter's domain (not run)")
+    print_warnings(report, say)
     for o in report.outcomes:
         if o.status not in (Outcome.NEW, Outcome.ERROR):
             continue

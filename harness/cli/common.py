@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from batchproof import terminal
 from batchproof.statuses import ExitStatus
 
 OK, DIVERGENCE, USAGE, HARNESS = (ExitStatus.OK, ExitStatus.DIVERGENCE, ExitStatus.USAGE,
@@ -121,8 +122,9 @@ def _one_thread_unless_asked() -> None:
         torch.set_num_threads(1)
 
 def _progress() -> Progress:
-    return Progress(TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+    """The commands' progress bar: on a terminal only (`batchproof.terminal`)."""
+    return terminal.progress(console, TextColumn("{task.description:<48}"), BarColumn(),
+                             MofNCompleteColumn(), TimeElapsedColumn())
 
 def _cores() -> int:
     """The cores this process may run on (a container's CPU set, not the host's)."""

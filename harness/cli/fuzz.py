@@ -9,8 +9,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -25,12 +26,16 @@ from batchproof.cli.common import (
     select_records,
 )
 
+if TYPE_CHECKING:
+    from batchproof.registry import OpInfo
+
 FUZZ_MISSING = "batchproof fuzz needs HypoFuzz: pip install 'batchproof[fuzz]'"
 
 # `hypothesis fuzz`, with the ops' logged warnings unshown (checked, as in `verify`; HypoFuzz's
 # worker processes inherit the handler)
 HYPOFUZZ_MAIN = ("import logging; logging.getLogger().addHandler(logging.NullHandler()); "
                  "from hypothesis.extra.cli import main; main(prog_name='hypothesis')")
+NOT_COUNTED = "not counted"  # a cell of the summary whose count is not known (why: below it)
 
 def fuzz(args: argparse.Namespace) -> int:
     """HypoFuzz over the registry's searched checks on impl/ (`batchproof.fuzz_targets`), on
@@ -119,43 +124,98 @@ def fuzz_pytest_args(profile: str, tests: Sequence[str] | None = None) -> list[s
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
+@dataclass
+class FuzzCount:
+    """What HypoFuzz reported of one check since the run started: `cases` (test cases run, by
+    all processes) and `behaviours` (the most any one process saw) are None when they cannot be
+    counted, and `why` says why; `failing` counts the failing examples saved for it (shrunk)."""
+
+    record: str
+    check: str
+    cases: int | None = None
+    behaviours: int | None = None
+    failing: int = 0
+    why: str = ""
+
+def fuzz_database_key(info: OpInfo, check: str) -> bytes:
+    """The key HypoFuzz keeps a check's reports and failing examples under: Hypothesis' digest
+    of the fuzz target with its node id hashed in (`checks.given_test` sets it on the test; the
+    digest of the test's inner function alone is another key, under which nothing is kept)."""
+    from batchproof.checks import given_test
+
+    return given_test(info, check)._hypothesis_internal_database_key
+
+def latest_reports(reports: Iterable[Any], since: float) -> list[Any]:
+    """Each HypoFuzz process's last report since `since` (a report's counts are that process's
+    totals for the test so far, so the last one holds them all): one per worker."""
+    latest: dict[str, Any] = {}
+    for report in reports:
+        last = latest.get(report.worker_uuid)
+        if report.timestamp >= since and (last is None
+                                          or report.elapsed_time >= last.elapsed_time):
+            latest[report.worker_uuid] = report
+    return list(latest.values())
+
+def fuzz_counts(pairs, since: float) -> list[FuzzCount]:
+    """Per (record, check), what HypoFuzz reported in the example database since `since`;
+    a check with no report of an input says why instead of a count."""
+    from hypofuzz.database import HypofuzzDatabase
+    from hypofuzz.database.models import FailureState
+    from hypothesis import settings
+
+    if settings().database is None:
+        return [FuzzCount(info.name, check, why="the profile has no example database")
+                for info, check in pairs]
+    db = HypofuzzDatabase(settings().database)
+    counts = []
+    for info, check in pairs:
+        key = fuzz_database_key(info, check)
+        count = FuzzCount(info.name, check,
+                          failing=len(list(db.failures(state=FailureState.SHRUNK).fetch(key))))
+        latest = latest_reports(db.reports.fetch(key), since)
+        cases = sum(sum(r.status_counts.values()) for r in latest)
+        if cases:
+            count.cases, count.behaviours = cases, max(r.behaviors for r in latest)
+        else:
+            count.why = _why_not_counted(db, key, latest)
+        counts.append(count)
+    return counts
+
+def _why_not_counted(db: Any, key: bytes, latest: list[Any]) -> str:
+    fatal = db.fatal_failures.fetch(key)
+    if fatal is not None:
+        lines = fatal.traceback.strip().splitlines() or ["?"]
+        return f"HypoFuzz could not run it ({lines[-1]})"
+    if latest:
+        return "HypoFuzz started it but reported no input yet (a process reports every " \
+               "second at first, then every minute: the inputs since are not counted)"
+    return "no report of HypoFuzz since the run started (it had not reached this check)"
+
 def _fuzz_summary(pairs, since: float) -> None:
     """Per check, what HypoFuzz did since `since` (the reports it keeps in the example
     database: test cases run by all processes, behaviours seen) and the failing examples saved
-    for it (shrunk; `verify` replays them)."""
+    for it (shrunk; `verify` replays them). A check it cannot count says why, never 0."""
     try:
-        from hypofuzz.database import HypofuzzDatabase
-        from hypofuzz.database.models import FailureState
-        from hypothesis import settings
-        from hypothesis.internal.reflection import function_digest
-
-        from batchproof.checks import given_test
-
-        db = HypofuzzDatabase(settings().database)
-        rows = []
-        for info, check in pairs:
-            key = function_digest(given_test(info, check).hypothesis.inner_test)
-            latest: dict[str, Any] = {}  # worker -> its last report (counts are cumulative)
-            for report in db.reports.fetch(key):
-                last = latest.get(report.worker_uuid)
-                if report.timestamp >= since and (last is None
-                                                  or report.elapsed_time >= last.elapsed_time):
-                    latest[report.worker_uuid] = report
-            cases = sum(sum(r.status_counts.values()) for r in latest.values())
-            behaviours = max((r.behaviors for r in latest.values()), default=0)
-            failing = len(list(db.failures(state=FailureState.SHRUNK).fetch(key)))
-            rows.append((info, check, cases, behaviours, failing))
+        counts = fuzz_counts(pairs, since)
     except Exception as err:  # noqa: BLE001 - a summary, not the result
-        say(f"{PROG} fuzz: no summary ({type(err).__name__}: {err})")
+        say(f"{PROG} fuzz: could not count what HypoFuzz ran ({type(err).__name__}: {err})")
         return
-    table = Table(title=f"HypoFuzz, {time.time() - since:.0f} s", title_justify="left")
+    print_fuzz_counts(counts, time.time() - since)
+
+def print_fuzz_counts(counts: list[FuzzCount], seconds: float) -> None:
+    """The summary table; below it, why each check not counted could not be."""
+    table = Table(title=f"HypoFuzz, {seconds:.0f} s", title_justify="left")
     for column in ("record", "check", "test cases", "behaviours", "failing examples saved"):
         table.add_column(column, justify="left" if column in ("record", "check") else "right")
-    for info, check, cases, behaviours, failing in rows:
-        table.add_row(info.name, check, str(cases), str(behaviours),
-                      f"[red]{failing}[/red]" if failing else "0")
+    for c in counts:
+        table.add_row(c.record, c.check, NOT_COUNTED if c.cases is None else str(c.cases),
+                      NOT_COUNTED if c.behaviours is None else str(c.behaviours),
+                      f"[red]{c.failing}[/red]" if c.failing else "0")
     console.print(table)
-    failed = sorted({info.name for info, _, _, _, failing in rows if failing})
+    for c in counts:
+        if c.cases is None:
+            say(f"{c.record} {c.check}: could not count: {c.why}")
+    failed = sorted({c.record for c in counts if c.failing})
     if failed:
         say(f"failing examples are saved for {', '.join(failed)}: `{PROG} verify --profile "
             "nightly` replays them first")

@@ -32,6 +32,7 @@ from batchproof.cli.common import (
     select_records,
 )
 from batchproof.statuses import Verdict, exit_status
+from batchproof.warning_tally import SeenWarning, TalliedCall, summary_lines
 
 
 @dataclass
@@ -48,6 +49,9 @@ class CheckResult:
     placement: str = ""  # kernel, cpu, generic (the CPU's code paths), any (one path), cuda
     minimal: str = ""
     replay: str = ""
+    # another implementation's warnings during the check (`verify --impl PACKAGE`), tallied
+    warnings: list[SeenWarning] = field(default_factory=list)
+    warnings_not_kept: int = 0
 
     @property
     def passed(self) -> bool:
@@ -70,7 +74,8 @@ def resolve_candidate(info, impl: str):
                           f"{type(err).__name__}: {err}") from err
     if not callable(getattr(module, info.function, None)):
         raise TargetError(f"--impl {impl}: {package}.{info.op} has no function {info.function}")
-    return lambda *a, **k: getattr(module, info.function)(*a, **k)
+    # its warnings are counted per check, as `check` counts a framework's (warning_tally)
+    return TalliedCall(lambda *a, **k: getattr(module, info.function)(*a, **k))
 
 def verify(args: argparse.Namespace) -> int:
     if ":" in args.impl:
@@ -240,6 +245,9 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
             words += ["--placement", placement]
         result.replay = report.command(words + report.replay_words(check, failure))
     result.examples, result.seconds = stats.examples, time.perf_counter() - t0
+    if isinstance(candidate, TalliedCall):
+        taken = candidate.take()
+        result.warnings, result.warnings_not_kept = taken.seen, taken.more
     if result.passed:
         result.notes = list(stats.notes)  # e.g. a replay that passes now
     if result.passed and result.examples == 0:  # nothing ran: never a pass
@@ -293,6 +301,9 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
             say(f"replay: {r.replay}")
     for r in (r for r in results if r.passed and r.notes):
         say(f"{r.op}.{r.function} — {r.check}: {'; '.join(r.notes)}")
+    for line in summary_lines([(f"{r.op}.{r.function} {r.check}", r.warnings,
+                                r.warnings_not_kept) for r in results]):
+        say(line)
     for info in left_out:
         say(f"not run: {info.name} needs {', '.join(info.missing())}")
     passed = sum(r.passed for r in results)

@@ -55,6 +55,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from batchproof import terminal
 from batchproof.mutation.equivalents import Equivalent, all_equivalents, diff_sides
 from batchproof.mutation.mutant import Mutant
 
@@ -314,11 +315,16 @@ def _mutmut(args: Sequence[str], workdir: Path, capture: bool = False):
     """Run the mutmut CLI in `workdir` (imported, so `mutmut.__main__` is what it expects), in its
     own process group so that an interrupted run takes mutmut's forked workers down with it."""
     code = "import sys; from mutmut.__main__ import cli; cli(sys.argv[1:])"
-    output = subprocess.PIPE if capture else None
+    # mutmut redraws a spinner line whatever its output is: off a terminal, each line is
+    # copied settled to its last frame (`batchproof.terminal`)
+    settle = not capture and not terminal.on_terminal()
     with subprocess.Popen([sys.executable, "-c", code, *args], cwd=workdir, env=mutmut_env(),
-                          stdout=output, stderr=output, text=True,
+                          stdout=subprocess.PIPE if capture or settle else None,
+                          stderr=subprocess.PIPE if capture else None, text=capture,
                           start_new_session=True) as process:
         try:
+            if settle:
+                terminal.copy_settled(process.stdout, sys.stdout)
             stdout, stderr = process.communicate()
         except BaseException:
             os.killpg(process.pid, signal.SIGKILL)

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 
 import torch
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
+from batchproof import terminal
 from batchproof.perf import workloads
 
 console = Console(width=None if Console().is_terminal else 140)
@@ -271,7 +271,7 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
                     workload.variants[f"impl torch path ({form})"] = workloads.torch_path(
                         workload.variants[f"impl ({form})"])
         total = rounds * len(workload.variants) - (rounds - 1)
-        with Progress(console=console, transient=True) as progress:
+        with terminal.progress(console, transient=True) as progress:
             task = progress.add_task(f"{name} ({workload.size})", total=total)
             best = time_variants(workload, rounds, device,
                                  progress=lambda task=task: progress.advance(task))
@@ -304,7 +304,7 @@ def _per_core_main(names: list[str], rounds: int, sizes: list[dict], pages: str,
     for name, size in [(name, size) for name in names for size in sizes]:
         workload = WORKLOADS[name](device="cpu", **size)
         total = len(CONDITIONS) * rounds * 8
-        with Progress(console=console, transient=True) as progress:
+        with terminal.progress(console, transient=True) as progress:
             task = progress.add_task(f"{name} per core ({workload.size})", total=total)
             results = per_core(workload, rounds, lambda task=task: progress.advance(task))
         console.print(per_core_table(workload, results))
