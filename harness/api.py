@@ -37,12 +37,14 @@ CheckReport = AdapterReport
 """What `check` returns: `.outcomes` (one `CheckOutcome` per check: `.check`, `.status` —
 pass, new, known, skipped, not tested, error —, `.examples` run against your function,
 `.seconds`), `.known` (known divergences: matched, diverged, confirmed, status), `.new`,
-`.unexplained`, `.errors`, `.untested`."""
+`.unexplained`, `.errors`, `.untested`, `.not_reproduced` (known divergences matched but never
+shown)."""
 
 
 class CheckFailed(AssertionError):
-    """A check found a divergence, or could not be carried out; `str()` is the whole report and
-    `.report` the `CheckReport`."""
+    """A check found a divergence, or could not be carried out (or, under `strict`, a known
+    divergence was not reproduced); `str()` is the whole report and `.report` the
+    `CheckReport`."""
 
     def __init__(self, text: str, report: CheckReport) -> None:
         super().__init__(text)
@@ -70,6 +72,7 @@ def check(
     seed: int | None = None,
     reproduce: str | None = None,
     settings: Settings | None = None,
+    strict: bool = False,
 ) -> CheckReport:
     """Run batchproof's checks of `record` on `fn`; raise `CheckFailed` with the report if one
     finds a divergence or cannot run.
@@ -88,6 +91,10 @@ def check(
     max_examples, seed, reproduce: examples per check, a seed for Hypothesis' search, and a
         failure's blob to replay (from a report's replay line).
     settings: Hypothesis settings to start from (default: the currently loaded profile).
+    strict: fail also when a known divergence of the adapter is not reproduced (its inputs
+        were matched and `fn` agreed with the contract every time: your fork fixed it, or the
+        adapter no longer sees it), as `batchproof check --strict` does; a known divergence
+        no input matched (not met) never fails.
 
     Returns the `CheckReport` when every check that ran passed.
     """
@@ -111,8 +118,14 @@ def check(
         max_examples=max_examples, report_multiple_bugs=False, seed=seed,
         reproduce=(hypothesis.__version__, reproduce) if reproduce else None,
         base_settings=settings)
-    if report.new or report.unexplained or report.errors or report.untested:
-        raise CheckFailed(render(report, fn, chosen), report)
+    stale = report.not_reproduced if strict else []
+    if report.new or report.unexplained or report.errors or report.untested or stale:
+        text = render(report, fn, chosen)
+        if stale:
+            text += ("\nstrict: known divergence(s) not reproduced (their inputs were matched "
+                     "and the function agreed with the contract every time): "
+                     + ", ".join(k["name"] for k in stale))
+        raise CheckFailed(text, report)
     return report
 
 
