@@ -124,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
     p.add_argument("--harness", action="append", default=[], metavar="MODULE",
                    help="mutmut: mutate this harness module (compare, report, adapters/__init__, "
-                        "checks, adapters/scope, regimes, blocks) instead of impl/, its own tests "
-                        "as the killers; repeatable")
+                        "checks, adapters/scope, regimes, blocks, statuses, adapters/runner, "
+                        "cli/verify, mutation/target) instead of impl/, its own tests as the "
+                        "killers; repeatable")
     p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
                                       "mutmut: the score per file and every equivalent with its "
                                       "reason)")
