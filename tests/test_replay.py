@@ -21,7 +21,6 @@ import re
 import shlex
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,27 +195,32 @@ def test_mutate_of_a_function_that_fails_first_replays(theirs) -> None:
 
 USER_TEST = '''
 import batchproof
+import standin_adapters  # noqa: F401 - registers standin.multiple, as docs/checking.md does
 from hypothesis import settings
 
 from theirs import multiple
 
 
 def test_multiple():
-    batchproof.check(multiple, "trainer.required_multiple", checks=["equivalence"],
+    batchproof.check(multiple, "trainer.required_multiple", adapter="standin.multiple",
+                     checks=["equivalence"],
                      settings=settings(max_examples=20, database=None, derandomize=True))
 '''
 
 
 def test_the_python_api_replays(theirs) -> None:
-    """`batchproof.check` in a user's test: the replay line in its failure is a CLI command."""
-    (theirs / "test_user.py").write_text(textwrap.dedent(USER_TEST))
+    """`batchproof.check` in a user's test, with an adapter an adapter file registers (the flow
+    of docs/checking.md): the replay line in its failure is a CLI command that loads that file
+    (a fresh process knows no adapter the test registered)."""
+    (theirs / "standin_adapters.py").write_text(ADAPTERS)
+    (theirs / "test_user.py").write_text(USER_TEST)
     first = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                  "no:randomly", "-p", "no:xdist", "test_user.py"], theirs, environment())
     assert first.returncode == 1, first.stdout
     # pytest prints the assertion's text with its "E   " prefix
     text = "\n".join(line.removeprefix("E").strip() for line in first.stdout.splitlines())
     failure = failure_of(text)
-    assert "--reproduce" in failure.replay, failure
+    assert "--reproduce" in failure.replay and "--adapter-file" in failure.replay, failure
     again = run(shlex.split(failure.replay), theirs, environment())
-    assert again.returncode == 1, again.stdout
+    assert again.returncode == 1, f"{failure.replay}\n{again.stdout}{again.stderr}"
     assert failure_of(again.stdout).same_as(failure), again.stdout
