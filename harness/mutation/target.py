@@ -13,8 +13,9 @@ the tests — "is my packing change pinned down?" before a framework merges it.
    test every mutant runs.
 2. The unmutated function is checked first, in this process, with exactly the checks, scope
    and search every mutant gets. A function that fails them cannot kill anything meaningfully:
-   the run stops there with the check's report and its summary (exit 1 for a divergence, 3 for
-   batchproof's own failure), and says which scope options would leave the failing checks out.
+   the run stops there with the check's report, its replay lines and its summary
+   (`baseline_status`: 1 for a divergence or a check that ran no example, 3 for batchproof's
+   own failure), and says which scope options would leave the failing checks out.
 3. Each mutant runs `batchproof.check` of the record on the function, with the same scope as
    `batchproof check` (adapter, forms, layout, skip, not provided, output names), under a
    derandomized search of `--max-examples` examples per check without shrinking. A mutant is
