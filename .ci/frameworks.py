@@ -14,14 +14,16 @@ transformers 5.23.0 and 5.24.0, OpenRLHF 0.11.2, Megatron-Core 0.16.1):
    torch pin, then the release's own install steps;
 2. batchproof's wheel of this run installed into it (`--no-deps --force-reinstall`);
 3. its adapter tests (`python -m pytest tests/test_adapters*.py`, the files the entry names);
-4. `batchproof check --impl FRAMEWORK --profile ci --max-examples N`, from a folder outside the
-   repository, with a JSON report.
+4. `batchproof check --impl FRAMEWORK --profile ci --max-examples N --strict`, from a folder
+   outside the repository, with a JSON report (`--strict`: a known divergence not reproduced,
+   one the release no longer shows, fails the release).
 
 One line per release: adapters, checks, examples run against the framework, the check's exit
 status, the tests' outcome, seconds, and whether the venv was warm. Exit status 1 when a release
 failed: check exit 3 (batchproof's own failure, an adapter that could not run) or 1 (a new
-divergence, or a known one that diverged otherwise), a failing adapter test, or a venv that could
-not be built; the failing output is printed. Releases run `--jobs` at a time (default 2).
+divergence, a known one that diverged otherwise, or a known one not reproduced), a failing
+adapter test, or a venv that could not be built; the failing output is printed. Releases run
+`--jobs` at a time (default 2).
 """
 
 from __future__ import annotations
@@ -220,7 +222,7 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
     report_file = reports / f"check-{release.name}.json"
     with tempfile.TemporaryDirectory(prefix="batchproof-matrix-") as elsewhere:
         check = sh(f"batchproof check --impl {release.impl} --profile ci --max-examples "
-                   f"{max_examples} --json {shlex.quote(str(report_file))}", venv,
+                   f"{max_examples} --strict --json {shlex.quote(str(report_file))}", venv,
                    Path(elsewhere), outcome, single)
     outcome.check_exit = check.returncode
     if report_file.exists():
@@ -230,7 +232,8 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
         outcome.checks = len(outcomes)
         outcome.examples = sum(o["examples"] for o in outcomes)
     if check.returncode != 0:
-        what = {1: "a new divergence", 3: "batchproof failed (exit 3)"}.get(
+        what = {1: "a new divergence, or a known one not reproduced (--strict)",
+                3: "batchproof failed (exit 3)"}.get(
             check.returncode, f"exit {check.returncode}")
         outcome.problems.append(f"check: {what}")
         outcome.output.append(_failures_of(check.stdout) + check.stderr[-3000:])
@@ -284,7 +287,8 @@ def _failures_of(stdout: str) -> str:
     lines = stdout.splitlines()
     starts = [i for i, line in enumerate(lines)
               if "new divergence:" in line or "error (batchproof's own)" in line
-              or "DIVERGED OTHERWISE" in line or "NEW: diverged" in line]
+              or "DIVERGED OTHERWISE" in line or "NEW: diverged" in line
+              or line.startswith("not reproduced (")]
     kept = [lines[i] for i in range(len(lines))
             if any(0 <= i - s < 12 for s in starts)] + lines[-2:]
     return "\n".join(kept)[-12000:] + "\n"

@@ -13,14 +13,16 @@ nothing global is changed.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import settings as Settings
 from rich.console import Console
 
-from batchproof.adapters import Adapter, all_adapters, get_adapter, identity_adapter
+from batchproof.adapters import Adapter, all_adapters, get_adapter, identity_adapter, origin
 from batchproof.adapters.runner import (
     AdapterReport,
     CheckOutcome,
@@ -37,12 +39,14 @@ CheckReport = AdapterReport
 """What `check` returns: `.outcomes` (one `CheckOutcome` per check: `.check`, `.status` —
 pass, new, known, skipped, not tested, error —, `.examples` run against your function,
 `.seconds`), `.known` (known divergences: matched, diverged, confirmed, status), `.new`,
-`.unexplained`, `.errors`, `.untested`."""
+`.unexplained`, `.errors`, `.untested`, `.not_reproduced` (known divergences matched but never
+shown)."""
 
 
 class CheckFailed(AssertionError):
-    """A check found a divergence, or could not be carried out; `str()` is the whole report and
-    `.report` the `CheckReport`."""
+    """A check found a divergence, or could not be carried out (or, under `strict`, a known
+    divergence was not reproduced); `str()` is the whole report and `.report` the
+    `CheckReport`."""
 
     def __init__(self, text: str, report: CheckReport) -> None:
         super().__init__(text)
@@ -70,6 +74,7 @@ def check(
     seed: int | None = None,
     reproduce: str | None = None,
     settings: Settings | None = None,
+    strict: bool = False,
 ) -> CheckReport:
     """Run batchproof's checks of `record` on `fn`; raise `CheckFailed` with the report if one
     finds a divergence or cannot run.
@@ -88,6 +93,10 @@ def check(
     max_examples, seed, reproduce: examples per check, a seed for Hypothesis' search, and a
         failure's blob to replay (from a report's replay line).
     settings: Hypothesis settings to start from (default: the currently loaded profile).
+    strict: fail also when a known divergence of the adapter is not reproduced (its inputs
+        were matched and `fn` agreed with the contract every time: your fork fixed it, or the
+        adapter no longer sees it), as `batchproof check --strict` does; a known divergence
+        no input matched (not met) never fails.
 
     Returns the `CheckReport` when every check that ran passed.
     """
@@ -111,8 +120,14 @@ def check(
         max_examples=max_examples, report_multiple_bugs=False, seed=seed,
         reproduce=(hypothesis.__version__, reproduce) if reproduce else None,
         base_settings=settings)
-    if report.new or report.unexplained or report.errors or report.untested:
-        raise CheckFailed(render(report, fn, chosen), report)
+    stale = report.not_reproduced if strict else []
+    if report.new or report.unexplained or report.errors or report.untested or stale:
+        text = render(report, fn, chosen, replay_scope(base, chosen))
+        if stale:
+            text += ("\nstrict: known divergence(s) not reproduced (their inputs were matched "
+                     "and the function agreed with the contract every time): "
+                     + ", ".join(k["name"] for k in stale))
+        raise CheckFailed(text, report)
     return report
 
 
@@ -148,18 +163,42 @@ def _target_of(fn: Callable[..., Any]) -> str | None:
     return f"{module}:{name}"
 
 
-def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter) -> str:
-    """The report as `batchproof check` prints it, with replay lines for this call (in the
-    scope the adapter was narrowed to) and the scope hint."""
+def replay_scope(base: Adapter, chosen: Adapter) -> Scope | None:
+    """The scope a `batchproof check` command line replays a failure of `chosen` in, in a fresh
+    process: `chosen.scope`, with `--adapter-file` for an adapter that a file registers
+    (`adapters.origin`); None when no command finds the adapter: it is not the one registered
+    under its name (made in the test, or changed: `.without(...)`), or code that no command runs
+    registered it."""
+    if base.framework == "custom":
+        return chosen.scope
+    if {a.name: a for a in all_adapters()}.get(base.name) != base:
+        return None
+    found = origin(base.name)
+    if found is None:
+        return None
+    files = (_as_given(found),) if found else ()
+    return dataclasses.replace(chosen.scope, adapter_files=(*files, *chosen.scope.adapter_files))
+
+
+def _as_given(path: str) -> str:
+    """`path` relative to the current folder when it is inside it (a replay line runs there),
+    else as it is."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def render(report: CheckReport, fn: Callable[..., Any], adapter: Adapter,
+           scope: Scope | None = None) -> str:
+    """The report as `batchproof check` prints it, with replay lines for this call (in `scope`,
+    `replay_scope`'s: None when no command line can replay it) and the scope hint."""
     buffer = io.StringIO()
     console = Console(file=buffer, width=120, no_color=True, highlight=False,
                       force_terminal=False)
     target = _target_of(fn)
-    registered = adapter.framework == "custom" or adapter.name in {
-        a.name for a in all_adapters()}
     custom = adapter.framework == "custom"
-    if target is not None and registered:
-        replay = replayer(target, adapter, adapter=None if custom else adapter.name)
+    if target is not None and scope is not None:
+        replay = replayer(target, adapter, adapter=None if custom else adapter.name,
+                          scope=scope)
     else:
         def replay(outcome: CheckOutcome) -> str:
             extra = f", reproduce={outcome.blob!r}" if outcome.blob else ""

@@ -568,6 +568,46 @@ def test_register_objects_and_adapter_files(monkeypatch, tmp_path) -> None:
     assert str(tmp_path) not in sys.path
 
 
+def test_origin_says_what_a_fresh_process_needs_to_find_an_adapter(monkeypatch,
+                                                                     tmp_path) -> None:
+    """A replay line must find the adapter again (issue 39): "" for batchproof's own and an
+    entry point's, the file for an adapter file (a `register_adapter` call or `ADAPTERS`) and for
+    a module that registers it when imported, None for a call inside a function."""
+    monkeypatch.setattr(adapters, "_ADAPTERS", {})
+    monkeypatch.setattr(adapters, "_ORIGINS", {})
+    monkeypatch.setattr(adapters, "_LOADING", None)
+    monkeypatch.setattr(adapters, "FRAMEWORK_MODULES", ())
+    monkeypatch.setattr(adapters, "_load_entry_points",
+                        lambda: adapters.register_adapter(_stand_in(name="plugged")))
+    adapters.all_adapters()
+    assert adapters.origin("plugged") == "" and adapters._LOADING is None
+    adapters.register_objects(_stand_in(name="ours"))  # called from batchproof's own module
+    assert adapters.origin("ours") == ""
+    adapters.register_adapter(_stand_in(name="in_a_function"))
+    assert adapters.origin("in_a_function") is None and adapters.origin("unknown") is None
+    calls = tmp_path / "calls_register.py"
+    calls.write_text("import batchproof\nfrom tests.test_adapter_triage import _stand_in\n"
+                     "batchproof.register_adapter(_stand_in(name='called'))\n")
+    listed = tmp_path / "lists_them.py"
+    listed.write_text("from tests.test_adapter_triage import _stand_in\n"
+                      "ADAPTERS = [_stand_in(name='listed')]\n")
+    for file, name in ((calls, "called"), (listed, "listed")):
+        adapters.load_adapter_file(str(file))
+        assert adapters.origin(name) == str(file.resolve()) and adapters._LOADING is None
+    imported = tmp_path / "imported_adapters_triage.py"  # a module a test imports
+    imported.write_text(calls.read_text().replace("'called'", "'imported'"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "imported_adapters_triage", raising=False)
+    __import__("imported_adapters_triage")
+    monkeypatch.delitem(sys.modules, "imported_adapters_triage", raising=False)
+    assert adapters.origin("imported") == str(imported)
+    broken = tmp_path / "broken_origin.py"
+    broken.write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(FrameworkMissing):
+        adapters.load_adapter_file(str(broken))
+    assert adapters._LOADING is None  # a file that failed leaves nothing registering
+
+
 def test_get_adapter_and_frameworks(monkeypatch) -> None:
     monkeypatch.setattr(adapters, "_ADAPTERS", {})
     monkeypatch.setattr(adapters, "FRAMEWORK_MODULES", ())

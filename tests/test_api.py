@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import re
 import warnings
@@ -274,6 +275,42 @@ def test_packed_varlen_samples_and_inputs(packed, inputs) -> None:
 def test_strategies_reject_bad_options_up_front(make, message) -> None:
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         make()
+
+
+def test_a_replay_line_names_what_a_fresh_process_needs_to_find_the_adapter(
+        monkeypatch, tmp_path) -> None:
+    """`replay_scope` (issue 39): batchproof's own adapter as it is; one an adapter file
+    registers, with that file (`--adapter-file`, relative to the current folder); none for an
+    adapter no command finds (changed by the test, or registered inside a function)."""
+    from batchproof import adapters
+    from batchproof.api import render, replay_scope
+
+    monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))
+    monkeypatch.setattr(adapters, "_ORIGINS", dict(adapters._ORIGINS))
+    monkeypatch.chdir(tmp_path)
+    own = adapters.get_adapter("verl.karmarkar_karp")
+    narrowed = batchproof.adapters.scope.Scope.of(skip=["errors"]).narrow(own)
+    assert replay_scope(own, narrowed) == narrowed.scope
+    assert replay_scope(own.without(own.known[0].name), narrowed) is None
+    (tmp_path / "mine.py").write_text(
+        "import batchproof\nbatchproof.register_adapter(batchproof.Adapter(name='mine.kk', "
+        "framework='mine', record='balance.karmarkar_karp', target='m:f', wrap=lambda f: f))\n")
+    (mine,) = adapters.load_adapter_file(str(tmp_path / "mine.py"))
+    assert replay_scope(mine, mine).adapter_files == ("mine.py",)
+    elsewhere = tmp_path / "in"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the file outside the current folder: as it is
+    assert replay_scope(mine, mine).adapter_files == (str(tmp_path / "mine.py"),)
+    made_here = adapters.register_adapter(dataclasses.replace(mine, name="made.here"))
+    assert replay_scope(made_here, made_here) is None
+    custom = adapters.identity_adapter("balance.karmarkar_karp", "m:f")
+    assert replay_scope(custom, custom) == custom.scope
+    # no scope: the replay is the call itself
+    report = batchproof.check(karmarkar_karp, "balance.karmarkar_karp", adapter=made_here,
+                              checks=["pin:spec_example_1_to_8"])
+    report.outcomes[0].status, report.outcomes[0].detail = "new", "planted: a new divergence"
+    assert "replay: batchproof.check(fn, 'balance.karmarkar_karp', <the same options>, " \
+           "checks=['pin:spec_example_1_to_8'])" in render(report, karmarkar_karp, made_here)
 
 
 # --------------------------------------------------------------------------- the docs

@@ -393,13 +393,46 @@ def identity_adapter(record: str, target: str) -> Adapter:
 # --------------------------------------------------------------------------- registry of adapters
 
 _ADAPTERS: dict[str, Adapter] = {}
+# adapter name -> what a fresh `batchproof check` process needs to find it again (`origin`)
+_ORIGINS: dict[str, str | None] = {}
+_LOADING: str | None = None  # what registers adapters now: "" (our modules, an entry point)
 
 
 def register_adapter(adapter: Adapter) -> Adapter:
     if adapter.name in _ADAPTERS:
         raise ValueError(f"adapter {adapter.name!r} registered twice")
     _ADAPTERS[adapter.name] = adapter
+    _ORIGINS[adapter.name] = _LOADING if _LOADING is not None else _origin_of(sys._getframe(1))
     return adapter
+
+
+def origin(name: str) -> str | None:
+    """What a fresh `batchproof check` process needs to find the registered adapter `name`
+    (so that a replay line finds it): "" nothing (batchproof's own, an installed package's
+    entry point), a file to give it with `--adapter-file` (an adapter file, or a module that
+    registers it when imported), or None: code no command runs registered it (a call inside a
+    function), and only that code can replay it."""
+    return _ORIGINS.get(name)
+
+
+def _origin_of(frame) -> str | None:
+    """`origin` of an adapter that code running in `frame` registered."""
+    if frame.f_globals.get("__name__", "").startswith("batchproof."):
+        return ""
+    if frame.f_code.co_name == "<module>" and frame.f_globals.get("__file__"):
+        return frame.f_globals["__file__"]
+    return None
+
+
+@contextlib.contextmanager
+def _registering(what: str):
+    """Adapters registered in the body come from `what` (`origin`)."""
+    global _LOADING
+    before, _LOADING = _LOADING, what
+    try:
+        yield
+    finally:
+        _LOADING = before
 
 
 ENTRY_POINTS = "batchproof.adapters"
@@ -413,10 +446,11 @@ LOAD_PROBLEMS: list[str] = []  # entry points that failed to load, one line each
 
 def all_adapters() -> list[Adapter]:
     """Every adapter: batchproof's own, and those of installed packages' entry points."""
-    for module in FRAMEWORK_MODULES:
-        if importlib.util.find_spec(f"{__name__}.{module}") is not None:
-            importlib.import_module(f"{__name__}.{module}")
-    _load_entry_points()
+    with _registering(""):
+        for module in FRAMEWORK_MODULES:
+            if importlib.util.find_spec(f"{__name__}.{module}") is not None:
+                importlib.import_module(f"{__name__}.{module}")
+        _load_entry_points()
     return list(_ADAPTERS.values())
 
 
@@ -460,13 +494,15 @@ def load_adapter_file(path: str) -> list[Adapter]:
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(file.resolve().parent))
     try:
-        spec.loader.exec_module(module)
+        with _registering(str(file.resolve())):
+            spec.loader.exec_module(module)
     except Exception as err:
         raise FrameworkMissing(f"--adapter-file {path} failed: {type(err).__name__}: "
                                f"{err}") from err
     finally:
         sys.path.remove(str(file.resolve().parent))
-    register_objects(getattr(module, "ADAPTERS", None))
+    with _registering(str(file.resolve())):
+        register_objects(getattr(module, "ADAPTERS", None))
     added = [a for n, a in _ADAPTERS.items() if n not in before]
     if not added:
         raise ValueError(f"--adapter-file {path} registers no adapter (call "

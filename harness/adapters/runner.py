@@ -11,7 +11,10 @@ aside (outside the domain, or a known divergence) is `not tested`: never a pass,
 the exit status. A failure of batchproof itself is an `error` (exit status 3), and so is a check
 that ran no example with nothing set aside (`batchproof.statuses.exit_status`: the one policy of
 `verify` and `check`). A known divergence whose inputs were met but never diverged is reported as
-`not reproduced` (fixed upstream? then remove it from the adapter).
+`not reproduced` (fixed upstream, or the adapter changed: then remove it from the adapter) in its
+row and counted in the summary line; `--strict` (what the framework matrix runs) makes it exit
+status 1, an adapter that can no longer see its own divergence being news about the target. A
+known divergence no input matched (`not met`) is untested, reported, and never fails a run.
 """
 
 from __future__ import annotations
@@ -178,6 +181,12 @@ class AdapterReport:
     def unexplained(self) -> list[dict[str, Any]]:
         """Known divergences whose inputs made the target diverge another way than described."""
         return [k for k in self.known if k["status"] == KnownStatus.DIVERGED_OTHERWISE]
+
+    @property
+    def not_reproduced(self) -> list[dict[str, Any]]:
+        """Known divergences whose inputs were matched and on which the target agreed with the
+        contract every time: it no longer shows the divergence the adapter declares."""
+        return [k for k in self.known if k["status"] == KnownStatus.NOT_REPRODUCED]
 
     @property
     def errors(self) -> list[CheckOutcome]:
@@ -674,28 +683,55 @@ def run_adapter(chosen: Adapter, scope: Scope, **options: Any) -> AdapterReport:
                       f"{type(err).__name__}: {err}")
 
 
-def print_summary(reports: list[AdapterReport]) -> None:
-    new = sum(len(r.new) + len(r.unexplained) for r in reports)
-    errors = sum(len(r.errors) for r in reports)
-    colour = "red" if new or errors else "green"
-    known = sum(len(r.known) for r in reports)
-    untested = sum(len(r.untested) for r in reports)
+def summary_counts(reports: list[AdapterReport]) -> dict[str, int]:
+    """What the summary line counts (and `check --json` writes as "summary"): new divergences
+    (a known divergence that diverged otherwise is one), checks not carried out, checks NOT
+    TESTED, known divergences listed, and of those the ones not reproduced, over `targets`
+    reports."""
+    return {"new": sum(len(r.new) + len(r.unexplained) for r in reports),
+            "errors": sum(len(r.errors) for r in reports),
+            "not_tested": sum(len(r.untested) for r in reports),
+            "known": sum(len(r.known) for r in reports),
+            "not_reproduced": sum(len(r.not_reproduced) for r in reports),
+            "targets": len(reports)}
+
+
+def print_summary(reports: list[AdapterReport], strict: bool = False) -> None:
+    """The closing line: what the exit status is made of. A known divergence not reproduced is
+    counted there (and named on the next line), in red under `strict` (exit 1)."""
+    counts = summary_counts(reports)
+    new, errors, stale = counts["new"], counts["errors"], counts["not_reproduced"]
+    colour = "red" if new or errors or (strict and stale) else "green"
+    stale_colour = "red" if strict else "yellow"
     console.print(f"[{colour}]{new} new divergence(s)[/{colour}]"
                   + (f", [red]{errors} check(s) not carried out (batchproof's own failure: "
                      "exit 3)[/red]" if errors else "")
-                  + (f", [yellow]{untested} check(s) NOT TESTED (no input reached the "
-                     "target)[/yellow]" if untested else "")
-                  + f" in {len(reports)} target(s)"
-                  + (f"; {known} known divergence(s) listed above" if known else ""))
+                  + (f", [yellow]{counts['not_tested']} check(s) NOT TESTED (no input reached "
+                     "the target)[/yellow]" if counts["not_tested"] else "")
+                  + f" in {counts['targets']} target(s)"
+                  + (f"; {counts['known']} known divergence(s) listed above" if counts["known"]
+                     else "")
+                  + (f", [{stale_colour}]{stale} NOT REPRODUCED"
+                     + (" (--strict: exit 1)" if strict else "") + f"[/{stale_colour}]"
+                     if stale else ""))
+    if stale:
+        names = ", ".join(f"{r.adapter}: {k['name']}" for r in reports for k in r.not_reproduced)
+        console.print(f"not reproduced (its inputs were matched and the target agreed with the "
+                      f"contract every time: fixed upstream, or the adapter changed?): {names}"
+                      + ("" if strict else "; `--strict` fails on it"),
+                      markup=False, highlight=False, soft_wrap=True)
 
 
-def exit_code(reports: list[AdapterReport]) -> int:
+def exit_code(reports: list[AdapterReport], strict: bool = False) -> int:
     """The one exit policy (`batchproof.statuses.exit_status`) over every check of every report;
     an adapter that does not fit counts as batchproof's failure, a known divergence that
-    diverged another way as a divergence."""
+    diverged another way as a divergence, and under `strict` (`check --strict`) so does a known
+    divergence not reproduced (its inputs matched, the target agreed every time). A known
+    divergence not met (no input matched) changes nothing: it was not tested, and says so."""
     return exit_status([o.status for r in reports for o in r.outcomes],
                        ours=any(r.misfit for r in reports),
-                       diverged=any(r.unexplained for r in reports))
+                       diverged=any(r.unexplained or (strict and r.not_reproduced)
+                                    for r in reports))
 
 
 def replayer(impl: str | None, chosen: Adapter, *, adapter: str | None = None,

@@ -5,9 +5,19 @@
       -> `runner.run_adapter` for each (one adapter's failure is reported, the others run)
       -> the report, its replay lines, the summary, the scope hint; `--json`
 
-Exit status (`batchproof.statuses.exit_status`, the policy `verify` shares): 0 no new
-divergence, 1 a new one, 2 a usage error, 3 the target could not be imported or a check could
-not be carried out (batchproof's own failure).
+Exit status (`batchproof.statuses.exit_status`, the policy `verify` shares, over every check of
+every adapter selected, whatever their order): 0 no new divergence, 1 a new one (or a known one
+that diverged otherwise), 2 a usage error, 3 the target could not be imported, an adapter does
+not fit the installed framework, or a check could not be carried out (batchproof's own failure;
+it wins over 1).
+
+`--strict` (what the framework matrix runs): a known divergence *not reproduced* — its inputs
+were matched and the target agreed with the contract on every one (the framework fixed it, or
+the adapter changed) — is exit status 1 too, as news about the target. Without it, it is counted
+in the summary line and named below it, and the exit status is that of a clean run. A known
+divergence *not met* (no input matched it) never fails a run, strict or not: it was not tested,
+and the report says so. The JSON report holds `strict` and the summary's counts (`summary`:
+new, errors, not_tested, known, not_reproduced, targets).
 
 `batchproof verify --impl module:function` comes here too: one function of a record's contract
 is checked the same way through either door (the identity adapter, the same report, replay line
@@ -45,6 +55,7 @@ def check(args: argparse.Namespace) -> int:
         run_adapter,
         scope_hint,
         select_adapters,
+        summary_counts,
     )
     from batchproof.adapters.scope import Scope
 
@@ -83,13 +94,15 @@ def check(args: argparse.Namespace) -> int:
         print_report(report, profile, replay=replayer(
             args.impl, chosen, adapter=args.adapter or (None if custom else chosen.name),
             profile=args.profile, device=device))
-    code = exit_code(reports)
+    strict = getattr(args, "strict", False)
+    code = exit_code(reports, strict=strict)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"profile": profile, "impl": args.impl, "exit_status": code,
+                       "strict": strict, "summary": summary_counts(reports),
                        "reports": [asdict(r) for r in reports]}, handle, indent=2)
         console.print(f"report written to {args.json}", markup=False, highlight=False)
-    print_summary(reports)
+    print_summary(reports, strict=strict)
     hint = scope_hint(reports, args.impl, adapter=args.adapter, profile=args.profile)
     if hint:
         console.print(hint, markup=False, highlight=False, soft_wrap=True)

@@ -36,6 +36,11 @@ def version_text() -> str:
 OP_HELP = (f"an op ({', '.join(OP_MODULES)}) or one of its records, op.function "
            "(`batchproof list records`); repeatable")
 
+STRICT_HELP = ("exit 1 also when a known divergence of an adapter is not reproduced: its "
+               "inputs were matched and the target agreed with the contract every time (the "
+               "framework fixed it, or the adapter changed); one no input matched (not met) "
+               "never fails. CI should pass it")
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "a package mirroring impl/ (PACKAGE.rl_batch.build_rl_batch, ...), or "
                    "module:function with --op naming one record; the current folder is "
                    "importable")
+    p.add_argument("--strict", action="store_true",
+                   help="as `check --strict` (with --impl module:function, which is checked "
+                        "as `check` checks it); the checks of impl/, a package or a function "
+                        "of the contract have no known divergence, so it changes nothing there")
     p.add_argument("--json", metavar="FILE", help="write a JSON report to this file")
 
     p = sub.add_parser("check", help="fuzz a third-party implementation through an adapter")
@@ -77,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make the checked inputs on this device (default cpu)")
     _scope_options(p)
     _search_options(p)
+    p.add_argument("--strict", action="store_true", help=STRICT_HELP)
     p.add_argument("--json", metavar="FILE")
 
     p = sub.add_parser("show", help="draw the layout of a small example")
@@ -114,8 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
     p.add_argument("--harness", action="append", default=[], metavar="MODULE",
                    help="mutmut: mutate this harness module (compare, report, adapters/__init__, "
-                        "checks, adapters/scope, regimes, blocks) instead of impl/, its own tests "
-                        "as the killers; repeatable")
+                        "checks, adapters/scope, regimes, blocks, statuses, adapters/runner, "
+                        "cli/verify, mutation/target) instead of impl/, its own tests as the "
+                        "killers; repeatable")
     p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
                                       "mutmut: the score per file and every equivalent with its "
                                       "reason)")

@@ -1,5 +1,14 @@
 """`batchproof verify`: every check of the selected records on an implementation, on every
-placement this machine can run (`batchproof.placements`)."""
+placement this machine can run (`batchproof.placements`).
+
+Exit status (`exit_code`: `batchproof.statuses.exit_status`, the policy `check` shares, over
+every check of every record and placement, in any order): 0 every check passed, 1 a check
+diverged, 2 a usage error, 3 nothing ran, or a check is batchproof's own failure (it wins over
+1). Each failure prints a `replay:` line that runs it alone (`tests/test_replay.py` runs it in a
+fresh process). `--strict` is `check`'s (a known divergence not reproduced fails): verify's
+checks — impl/, a package, a function of the contract — have no known divergence, so it changes
+nothing here; `--impl module:function` goes through `check` with it.
+"""
 
 from __future__ import annotations
 

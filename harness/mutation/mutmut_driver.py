@@ -147,6 +147,13 @@ HARNESS_KILLERS = {
     "adapters/scope": ["tests/test_scope.py"],
     "regimes": ["tests/test_regimes.py"],
     "blocks": ["tests/test_regimes.py", "tests/test_rl_batch.py"],
+    # the exit policy and what applies it (issue 39); tests/test_replay.py runs the CLI in fresh
+    # processes, which import the installed batchproof, not mutmut's mutants: no killer here
+    "statuses": ["tests/test_verdict.py"],
+    "adapters/runner": ["tests/test_verdict.py", "tests/test_adapters.py",
+                        "tests/test_adapter_predicates.py"],
+    "cli/verify": ["tests/test_verdict.py", "tests/test_cli.py"],
+    "mutation/target": ["tests/test_verdict.py", "tests/test_mutmut_driver.py"],
 }
 
 

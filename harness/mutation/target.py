@@ -13,8 +13,9 @@ the tests — "is my packing change pinned down?" before a framework merges it.
    test every mutant runs.
 2. The unmutated function is checked first, in this process, with exactly the checks, scope
    and search every mutant gets. A function that fails them cannot kill anything meaningfully:
-   the run stops there with the check's report and its summary (exit 1 for a divergence, 3 for
-   batchproof's own failure), and says which scope options would leave the failing checks out.
+   the run stops there with the check's report, its replay lines and its summary
+   (`baseline_status`: 1 for a divergence or a check that ran no example, 3 for batchproof's
+   own failure), and says which scope options would leave the failing checks out.
 3. Each mutant runs `batchproof.check` of the record on the function, with the same scope as
    `batchproof check` (adapter, forms, layout, skip, not provided, output names), under a
    derandomized search of `--max-examples` examples per check without shrinking. A mutant is
@@ -142,13 +143,22 @@ def prepare(root: Path, relative: Path, module: str, function: str, target: Targ
     return workdir
 
 
+def baseline_status(report) -> int:
+    """The exit status of the check before mutation (`runner.exit_code`, the policy of
+    `verify` and `check`), except that a check that ran no example (NOT TESTED) is 1 where that
+    policy says 0: it kills no mutant, so the run has no baseline."""
+    from batchproof.adapters.runner import exit_code
+
+    code = exit_code([report])
+    return 1 if report.untested and code == 0 else code
+
+
 def check_first(target: Target, adapter: Adapter) -> int:
     """The unmutated function's check, in the scope and search each mutant gets: 0 when it
     passes, else the report is printed and the exit status returned (1 or 3)."""
     from batchproof.adapters.runner import (
         check_adapter,
         command_words,
-        exit_code,
         print_report,
         print_summary,
         replayer,
@@ -158,9 +168,7 @@ def check_first(target: Target, adapter: Adapter) -> int:
     report = check_adapter(adapter, adapter.candidate(), checks=list(target.scope.checks or ())
                            or None, report_multiple_bugs=False, replay_database=False,
                            base_settings=target.settings())
-    code = exit_code([report])
-    if report.untested and code == 0:
-        code = 1  # a check that ran no example kills no mutant: not a baseline
+    code = baseline_status(report)
     if code == 0:
         return 0
     print_report(report, f"mutation search ({target.max_examples} examples per check)",
