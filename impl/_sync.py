@@ -22,6 +22,8 @@ from collections.abc import Iterator
 
 import torch
 
+from batchproof.impl._paths import took
+
 READING = 0  # > 0 while a documented read runs (batchproof.perf.host_reads counts it as documented)
 READS = 0  # documented reads so far (in this process)
 
@@ -70,6 +72,7 @@ def host_put(data, *, device: torch.device, dtype: torch.dtype | None = None) ->
         host = torch.as_tensor(data, dtype=dtype)
         if host.device.type != "cpu":  # not host data after all (a row on another GPU)
             return host.to(device)
+        took("cuda:_sync.host_put")  # the pinned copy
         return host.pin_memory().to(device, non_blocking=True)
     with documented(count=False):
         return torch.as_tensor(data, dtype=dtype, device=device)

@@ -29,6 +29,7 @@ from tensordict import TensorDict
 
 from batchproof.impl import kernels
 from batchproof.impl._cpu import fast_paths
+from batchproof.impl._paths import took
 from batchproof.impl._sync import Verdicts, documented, host_read
 from batchproof.reference import nesting as _spec
 from batchproof.reference.nesting import (  # noqa: F401 - the shared contract, re-exported
@@ -132,6 +133,7 @@ def _runs_of(mask: torch.Tensor, name: str, *, name_value: bool = True) -> _Runs
     padded[:, 1:-1] = mask != 0
     changes = padded[:, 1:] != padded[:, :-1]
     if fast_paths(mask.device):  # the CPU: a read costs nothing there, two more passes do
+        took("cpu:nesting._runs_of")
         if _not_binary(mask):
             _check_binary(mask, name, name_value=name_value)
         rows, starts, lengths = _paired(*changes.nonzero(as_tuple=True))

@@ -26,6 +26,7 @@ from tensordict import TensorDict
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows
 from batchproof.impl._jagged import rows_of, without_holes
+from batchproof.impl._paths import took
 from batchproof.impl._sync import Verdicts, documented, host_put
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.reference import rl_batch as _spec
@@ -56,6 +57,7 @@ def build_rl_batch(
     per_token_args = {"rewards": rewards, "loss_mask": loss_masks, "rollout_logprobs": logprobs}
     written = _write_lists(prompts, responses, per_token_args, pad_token_id, layout, device)
     if written is not None:  # CPU fast path: tokens and values already in place
+        took("cpu:rl_batch._write_lists")
         p_len, r_len = written.pop("p_len"), written.pop("r_len")
         per_token = {key: None for key in per_token_args}
     else:
@@ -247,6 +249,7 @@ def _window_rows(base: torch.Tensor, width: int, counts: torch.Tensor) -> torch.
     `index_select` of overlapping windows is a strided gather, 11 ms for 1024 rows of 2500
     where the row copies take 1.8, one thread each); elsewhere `index_select` does."""
     if fast_paths(base.device):  # a row copy each: ~7x faster than index_select on a window
+        took("cpu:rl_batch._window_rows")
         out = torch.empty((counts.numel(), width), dtype=base.dtype)
         windows = np.lib.stride_tricks.sliding_window_view(base.numpy(), width)
         rows = out.numpy()
@@ -298,6 +301,7 @@ def _place_tokens(p_flat, r_flat, p_len, r_len, start, width, pad_token_id) -> t
     batch, device = p_len.numel(), p_flat.device
     input_ids = torch.full((batch, width), pad_token_id, dtype=torch.int64, device=device)
     if fast_paths(device):
+        took("cpu:rl_batch._copy_rows_cpu")
         _copy_rows_cpu(input_ids, p_flat, r_flat, p_len, r_len, start)
     else:
         _place_tokens_generic(input_ids, p_flat, r_flat, p_len, r_len, start)

@@ -34,6 +34,7 @@ from tensordict import TensorDict, TensorDictBase
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths
 from batchproof.impl._jagged import without_holes
+from batchproof.impl._paths import took
 from batchproof.impl._sync import documented, host_put, host_read
 from batchproof.impl.kernels import sft as sft_kernel
 from batchproof.reference._checks import check_pad_token_id
@@ -468,6 +469,7 @@ def _writable_in_place(batch: Batch, out: torch.Tensor) -> bool:
 
 def _write_ints(batch: Batch, rows: list, starts: list[int], out: torch.Tensor) -> None:
     """Write row k's ints at element starts[k] of the contiguous CPU int64 tensor `out`."""
+    took("cpu:sft._write_ints")
     buffer = byte_view(out)
     try:
         for row, start in zip(rows, starts, strict=True):
@@ -820,6 +822,7 @@ def _first_fit_decreasing(lengths: list[int], capacity: int) -> list[list[int]]:
     size = 1 << max(bound - 1, 1).bit_length()
     if kernels.available() and capacity < 2**62:  # compiled, over int64 arrays (8192 lengths:
         array = np.empty(len(order), dtype=np.int64)  # ~2 ms instead of ~13)
+        took("numba:sft._first_fit")
         count = _first_fit(np.asarray(lengths, dtype=np.int64), np.asarray(order, dtype=np.int64),
                            capacity, np.zeros(2 * size, dtype=np.int64), array)
         bin_of = array.tolist()

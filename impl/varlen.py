@@ -33,6 +33,7 @@ from tensordict import TensorDict, TensorDictBase
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows, small_int_rows
 from batchproof.impl._jagged import rows_of, without_holes
+from batchproof.impl._paths import took
 from batchproof.impl._sync import callers_code, documented, host_put, host_read
 from batchproof.impl.kernels import varlen as varlen_kernel
 from batchproof.reference._checks import check_pad_token_id
@@ -182,6 +183,7 @@ def pack_varlen(
     device = _output_device(device, prompts, responses)
     written = _write_lists(prompts, responses, pad_to_multiple, pad_token_id, device)
     if written is not None:  # CPU fast path: the tokens are already in place
+        took("cpu:varlen._write_lists")
         samples, input_ids = written
         return _pack(samples, pad_to_multiple, pad_token_id, input_ids, position_ids_start)
     samples = _samples(prompts, responses, device)
@@ -276,6 +278,7 @@ def _place_tokens(samples: _Samples, offsets: torch.Tensor, target_index: torch.
     input_ids = torch.empty(total, dtype=torch.int64, device=device)
     input_ids[real:] = pad_token_id
     if fast_paths(device):  # one memcpy per prompt and per response
+        took("cpu:varlen._copy_rows")
         _copy_rows(input_ids, samples)
         return input_ids
     p_len = samples.prompt_lengths

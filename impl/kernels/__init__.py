@@ -18,6 +18,8 @@ import os
 import numpy as np
 import torch
 
+from batchproof.impl._paths import took
+
 try:
     import numba
 except ImportError:  # the fallbacks run instead
@@ -99,11 +101,20 @@ def triton_launch(kernel: tuple, device: torch.device, grid: tuple, *args, **met
     interpreter on CPU tensors (numpy's floating-point warnings silenced there: NaN and inf
     are values the kernels copy and multiply on purpose)."""
     compiled, interpreted = kernel
+    took(_triton_path(interpreted.fn))
     if device.type == "cuda":
         compiled[grid](*args, num_warps=TRITON_WARPS, **meta)
         return
     with np.errstate(all="ignore"):
         interpreted[grid](*args, **meta)
+
+
+@functools.cache
+def _triton_path(function) -> str:
+    """A kernel's path name (`batchproof.impl._paths`): `triton:rl_batch._sequence_rows` for
+    `_sequence_rows` of impl/kernels/triton_rl_batch.py."""
+    module = function.__module__.rpartition(".")[2].removeprefix("triton_")
+    return f"triton:{module}.{function.__name__}"
 
 
 def device_offsets(lengths: torch.Tensor) -> torch.Tensor:

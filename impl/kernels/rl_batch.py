@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from batchproof.impl import kernels
+from batchproof.impl._paths import took
 
 COPY, ONES = 1, 2  # value modes (0: the output is not built)
 _ONE_BITS = int(np.float32(1.0).view(np.int32))
@@ -68,6 +69,7 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     """All outputs (CPU tensors). `values`: name -> flat float32 values, or None: not built,
     except for the name `ones`, which then gets a 1.0 on each response column (the default
     loss mask)."""
+    took("numba:rl_batch.write_rows")
     batch = p_len.numel()
     out = {name: torch.empty((batch, width), dtype=torch.int64)
            for name in ("input_ids", "attention_mask", "position_ids")}

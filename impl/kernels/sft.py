@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from batchproof.impl import kernels
+from batchproof.impl._paths import took
 from batchproof.reference.sft import exact_sum
 
 _EXACT_INTS = 2**24  # |v| bound under which a float64 sum of < 2**29 integral values is exact
@@ -115,6 +116,7 @@ def zero_one(values: torch.Tensor) -> tuple[bool, bool]:
     """(every value of the 1-D CPU tensor is 0 or 1, every value is 1), by one parallel pass
     (a torch reduction here would wake torch's OpenMP threads, which then spin against the
     kernels' threads on a small machine)."""
+    took("numba:sft.zero_one")
     kernels.use_threads()
     zeros, others = _count_zeros_and_others(values.numpy())
     return others == 0, zeros == 0 and others == 0
@@ -126,6 +128,7 @@ def collate(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: torch
     """input_ids, attention_mask (N, S) and loss_mask (N, A) from flat CPU values: integer ids,
     float32 loss masks (each with its offsets, N + 1 of them) and 0/1 attention masks of any
     real dtype (input_ids' offsets; None: all ones). `scale` is read only with `normalize`."""
+    took("numba:sft.collate")
     ids_off, loss_off = ids_offsets.numpy(), loss_offsets.numpy()
     loss_flat = loss_mask.numpy()
     lengths, actions = np.diff(ids_off), np.diff(loss_off)
@@ -150,6 +153,7 @@ def write_rows(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: to
     from flat CPU values: integer ids and float32 loss masks, each with its offsets (examples in
     their original order); `order`, `offsets`, `targets`: per slot, rows concatenated;
     `row_first`: each row's first slot (n_rows + 1 entries)."""
+    took("numba:sft.write_rows")
     ids_off, loss_off, loss_flat = ids_offsets.numpy(), loss_offsets.numpy(), loss_mask.numpy()
     order = np.asarray(order)  # Python ints: int64
     offsets, row_first, targets = (t.numpy() for t in (offsets, row_first, targets))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from batchproof.impl import kernels
+from batchproof.impl._paths import took
 
 if kernels.numba is not None:
     from numba import njit, prange
@@ -49,6 +50,7 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
     """input_ids, position_ids (total,) and target_index, predict_index, sample_index (one per
     response token), as CPU int64 tensors. A given `input_ids` already holds the tokens and the
     pad (the list path packs them): only the other outputs are written."""
+    took("numba:varlen.write_samples")
     p_off, r_off, offsets = map(kernels.offsets, (p_len, r_len, p_len + r_len))
     copy_tokens = input_ids is None
     ids = torch.empty(total, dtype=torch.int64) if copy_tokens else input_ids
