@@ -82,8 +82,14 @@ def run_check(
     `in_scope` says which calls a metamorphic property may make of the candidate (an adapter's
     domain; default: any): an input on which it would make another is not counted (a pin's
     property is left out for that pin, and said so in `stats.notes`).
+
+    `paths:PLACEMENT` (batchproof's own `impl/` only) runs the record's checks that compare with
+    the reference under that placement and fails when the code it stands for did not run
+    (`check_paths`).
     """
     stats = stats if stats is not None else CheckStats()
+    if check.startswith("paths:"):
+        return _run_paths(info, check, candidate, settings, device, stats, seed, reproduce)
     if check.startswith("pin:"):
         pin = _pin(info, check.removeprefix("pin:"))
         call = candidate if candidate is not None else _late_bound_impl(info)
@@ -99,6 +105,48 @@ def run_check(
     test = _given_test(info, check, body, strategy, pins, stats)
     _run_given(info, test, body, settings=settings, stats=stats, seed=seed,
                reproduce=reproduce, admits=admits)
+    return stats
+
+
+def _run_paths(info: OpInfo, check: str, candidate, settings, device: str, stats: CheckStats,
+               seed, reproduce) -> CheckStats:
+    if check not in info.path_checks():
+        raise ValueError(f"unknown check {check!r} for {info.name}; known: "
+                         f"{info.check_names() + info.path_checks()}")
+    if candidate is not None or reproduce is not None:
+        raise ValueError(f"{check}: the paths batchproof's own impl/ takes, counted over its "
+                         "checks (no other function, no replayed blob)")
+    return check_paths(info, check.removeprefix("paths:"), settings=settings, device=device,
+                       stats=stats, seed=seed)
+
+
+def check_paths(info: OpInfo, placement: str, *, settings: hypothesis.settings | None = None,
+                device: str = "cpu", stats: CheckStats | None = None,
+                seed: int | None = None) -> CheckStats:
+    """The `paths:PLACEMENT` check of `info` on its own: under `placement`, the checks that
+    compare `impl/` with the reference (its pins, unless `settings` leave out Hypothesis'
+    explicit phase; equivalence; errors) run as `verify` runs them there, and the paths they
+    took are compared with the record's declaration (`placements.faults`). Raises
+    `placements.PathNotTaken`, or the failure of one of those checks; returns the `CheckStats`
+    of all of them (examples summed)."""
+    from batchproof import placements
+    from batchproof.registry import PLACEMENT_KINDS
+
+    if placement not in PLACEMENT_KINDS or (placement == "cuda") != (device == "cuda"):
+        raise ValueError(f"paths:{placement} cannot run on device {device!r} (the CPU runs "
+                         "kernel, cpu, generic and triton; CUDA runs cuda)")
+    stats = stats if stats is not None else CheckStats()
+    pins = settings is None or hypothesis.Phase.explicit in settings.phases
+    names = [c for c in info.check_names() if c.startswith("pin:") and pins]
+    names += [c for c in ("equivalence", "errors") if c in info.check_names()]
+    before = placements.ran()
+    with placements.placed(placement):
+        for name in names:
+            run_check(info, name, settings=settings, device=device, stats=stats, seed=seed)
+    problems = placements.faults(info, placement, placements.since(before))
+    if problems:
+        raise placements.PathNotTaken(f"{'; '.join(problems)} ({stats.examples} examples of "
+                                      f"{len(names)} checks)")
     return stats
 
 

@@ -14,16 +14,27 @@ On a CUDA device there is one placement, the device's own (`cuda`): the switches
 what runs on the CPU. `impl/` consults the switches through `batchproof.impl._cpu.fast_paths`
 and `batchproof.impl.kernels.available`; `asked()` counts those questions, so a runner can tell
 an op whose code never asked (it has one path: the other placements would run the same code).
+
+A switch only says which code may run. What did run, `impl/` counts (`batchproof.impl._paths`:
+each compiled kernel and fast path as it starts); a record declares the paths its function
+takes (`OpInfo.paths`), and each placement stands for some of them (`registry.PLACEMENT_KINDS`).
+`faults()` compares a placement's counts with its declaration: a declared path that never ran
+(the op took slower code, with equal outputs) or a path of a kind the placement does not stand
+for. `verify` counts over each placement's checks; `batchproof.checks.check_paths` runs them
+for one placement alone (the `paths:PLACEMENT` check: the bug zoo's killer, the replay of a
+failure).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
 
-from batchproof.impl import _cpu, kernels
+from batchproof.impl import _cpu, _paths, kernels
+from batchproof.registry import PATH_KINDS, PLACEMENT_KINDS, OpInfo
 
 PLACEMENTS = {
     "kernel": "the compiled CPU kernels (Numba) and the CPU fast paths",
@@ -82,3 +93,59 @@ def distinct(where: list[str], before: tuple[int, int]) -> list[str]:
     if fast:
         return where
     return where[:1] + (["triton"] if triton and "triton" in where[1:] else [])
+
+
+class PathNotTaken(AssertionError):
+    """A placement's checks did not run the code it stands for: a declared path never ran, or
+    a path of a kind it does not stand for did. A divergence of `impl/`'s dispatch (the op is
+    slower, or the placement checked other code than it names), not batchproof's own failure:
+    `verify` reports it as FAIL (exit 1)."""
+
+
+def ran() -> Counter[str]:
+    """The paths `impl/` has taken so far in this process (a copy: subtract it later)."""
+    return Counter(_paths.RAN)
+
+
+def since(before: Counter[str]) -> Counter[str]:
+    """The paths taken since `before = ran()`, each with its count."""
+    return ran() - before
+
+
+def kinds(placement: str) -> tuple[str, ...]:
+    """The kinds of path `placement` stands for here: on CUDA the Triton kernels only where
+    they apply (triton installed, `kernels.TRITON` on)."""
+    stands = PLACEMENT_KINDS.get(placement, ())
+    if placement == "cuda" and not kernels.triton_applies(torch.device("cuda")):
+        stands = tuple(kind for kind in stands if kind != "triton")
+    return stands
+
+
+def declared(info: OpInfo, placement: str) -> tuple[str, ...]:
+    """The paths of `info` that `placement` must run."""
+    return info.paths.of(placement, kinds(placement))
+
+
+def faults(info: OpInfo, placement: str, counted: Counter[str]) -> list[str]:
+    """What is wrong with the paths `counted` under `placement`, one sentence each: every
+    declared path that never ran, every path of a kind the placement does not stand for. Empty
+    when the record declares no paths (nothing is claimed for it)."""
+    if not info.paths:
+        return []
+    problems = [f"placement {placement} stands for {path}, which never ran: impl/ took other "
+                "code (equal outputs, a slower op)" for path in declared(info, placement)
+                if not counted[path]]
+    foreign = [kind for kind in PATH_KINDS if kind not in PLACEMENT_KINDS.get(placement, ())]
+    problems += [f"placement {placement} ran {path} ({counted[path]} times), a {kind} path it "
+                 "does not stand for: it did not check the code it names"
+                 for path in sorted(counted) for kind in foreign
+                 if path.startswith(f"{kind}:") and counted[path]]
+    return problems
+
+
+def counts(info: OpInfo, placement: str, counted: Counter[str]) -> tuple[dict, dict]:
+    """(each declared path of `placement` -> times it ran, every other path that ran -> times)
+    for a report."""
+    mine = declared(info, placement)
+    return ({path: counted[path] for path in mine},
+            {path: n for path, n in sorted(counted.items()) if n and path not in mine})

@@ -160,6 +160,66 @@ def _identity(case: Case) -> Case:
     return case
 
 
+# the kinds of path each placement may run (`batchproof.placements`): a path of another kind
+# that runs under it fails the placement (docs/harness.md, "Placements")
+PLACEMENT_KINDS = {
+    "kernel": ("numba", "cpu"),  # the compiled CPU kernels and the CPU fast paths
+    "cpu": ("cpu",),  # the CPU fast paths, kernels off
+    "generic": (),  # the device-generic torch code: no kernel, no fast path
+    "triton": ("triton",),  # the Triton kernels, interpreted
+    # the Triton kernels compiled and CUDA's own paths; and, as the CPU's switches are all on
+    # there, the CPU's paths on data an op keeps on the host (ffd_bins' first fit over the
+    # lengths; the batches rl_step's controller builds on the CPU)
+    "cuda": ("triton", "cuda", "numba", "cpu"),
+}
+PATH_KINDS = ("numba", "cpu", "triton", "cuda")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The compiled kernels and fast paths of `impl/` that each placement of a record runs,
+    named as `impl/` counts them (`batchproof.impl._paths`: `KIND:MODULE.FUNCTION`).
+    `batchproof verify` fails a placement when one of its paths never ran on any input its
+    checks drew (the op silently took slower code, with equal outputs), or when a path of a
+    kind it may not run did (`PLACEMENT_KINDS`: it did not check the code it names).
+
+        Paths(kernel=("numba:rl_batch.write_rows", "cpu:rl_batch._write_lists"),
+              cpu=("cpu:rl_batch._write_lists",),
+              triton=("triton:rl_batch._sequence_rows",))
+
+    Declare the paths the checks reach on every run (through the pins, or on nearly every
+    input): a path reached only by rare inputs would make the verdict depend on the draw.
+    `generic` runs none (the device-generic code is what is left when none is taken).
+    """
+
+    # `kernel`: the compiled CPU kernels (numba:) and the CPU fast paths (cpu:) it takes
+    kernel: tuple[str, ...] = ()
+    # `cpu`: the CPU fast paths (cpu:) taken with the kernels off
+    cpu: tuple[str, ...] = ()
+    # `triton`: the Triton kernels (triton:), under the interpreter
+    triton: tuple[str, ...] = ()
+    # `cuda`: the Triton kernels compiled (triton:) and CUDA's own paths (cuda:, the pinned
+    # host copy); None: the same as `triton` (the kernels it checks on the CPU)
+    cuda: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for placement in ("kernel", "cpu", "triton", "cuda"):
+            kinds = PLACEMENT_KINDS[placement]
+            wrong = [p for p in self.of(placement) if p.partition(":")[0] not in kinds]
+            if wrong:
+                raise ValueError(f"Paths.{placement}: {wrong[0]!r} is not a path it runs "
+                                 f"(kinds: {', '.join(kinds)})")
+
+    def of(self, placement: str, kinds: Sequence[str] | None = None) -> tuple[str, ...]:
+        """The declared paths of `placement` (of `kinds` only, when given)."""
+        paths = self.triton if placement == "cuda" and self.cuda is None else \
+            getattr(self, placement, ()) or ()
+        return tuple(p for p in paths if kinds is None or p.partition(":")[0] in kinds)
+
+    def __bool__(self) -> bool:
+        return any(self.of(placement) for placement in PLACEMENT_KINDS)
+
+
 @dataclass
 class OpInfo:
     """The declarative record of one op function."""
@@ -186,6 +246,9 @@ class OpInfo:
     # how properties and pins reach a candidate that does not take the first (list) form: that
     # input form, applied to their arguments (None: they call it with lists)
     as_called: Callable[[Case], Case] | None = None
+    # the compiled kernels and fast paths of impl/ each placement must run (see `Paths`);
+    # empty: the record's function has one code path, or none that `verify` counts
+    paths: Paths = field(default_factory=Paths)
     doc: str = ""
 
     @property
@@ -217,6 +280,13 @@ class OpInfo:
         names += [f"property:{p.name}" for p in self.properties]
         names += [f"pin:{p.name}" for p in self.pins]
         return names
+
+    def path_checks(self) -> list[str]:
+        """`paths:PLACEMENT` for every placement, when the record declares paths: under that
+        placement, its checks that compare with the reference (equivalence, errors, pins) run
+        and count the paths `impl/` takes (`batchproof.checks.check_paths`). Only
+        batchproof's own `impl/` has them; `verify` runs them from the counts of its checks."""
+        return [f"paths:{placement}" for placement in PLACEMENT_KINDS] if self.paths else []
 
 
 # optional module -> the extra of batchproof that installs it (pyproject.toml)

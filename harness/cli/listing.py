@@ -111,10 +111,10 @@ def _list_checks() -> None:
     from batchproof import registry
 
     table = Table(title="checks (`--check NAME`)")
-    for column in ("record", "checks"):
+    for column in ("record", "checks", "paths checks (`verify`, batchproof's own impl/)"):
         table.add_column(column)
     for info in registry.all_ops():
-        table.add_row(info.name, " ".join(info.check_names()))
+        table.add_row(info.name, " ".join(info.check_names()), " ".join(info.path_checks()))
     console.print(table)
 
 def _list_adapters() -> None:
@@ -136,16 +136,17 @@ def _list_adapters() -> None:
 
 def _list_placements() -> None:
     from batchproof import placements
+    from batchproof.registry import PLACEMENT_KINDS
 
     available = placements.available()
     table = Table(title="placements (`verify --placement NAME`; default: every one available)")
-    for column in ("placement", "what runs", "here"):
+    for column in ("placement", "what runs", "paths it may run", "here"):
         table.add_column(column)
     for name, what in placements.PLACEMENTS.items():
         extra = "triton" if name == "triton" else "kernels"
         here = "default" if name == available[0] else "yes" if name in available else \
             f"no: pip install 'batchproof[{extra}]'"
-        table.add_row(name, what, here)
+        table.add_row(name, what, ", ".join(PLACEMENT_KINDS[name]) or "none", here)
     console.print(table)
 
 def _list_profiles() -> None:

@@ -61,6 +61,10 @@ class CheckResult:
     # another implementation's warnings during the check (`verify --impl PACKAGE`), tallied
     warnings: list[SeenWarning] = field(default_factory=list)
     warnings_not_kept: int = 0
+    # a `paths:PLACEMENT` check: each path the placement stands for -> times it ran (0: never),
+    # and every other path that ran -> times (batchproof.placements.counts)
+    paths: dict[str, int] = field(default_factory=dict)
+    other_paths: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -99,13 +103,14 @@ def verify(args: argparse.Namespace) -> int:
     infos, left_out = select_records(args.op)
     if args.reproduce and not args.check:
         raise UsageError("--reproduce replays one failure: give its --op and --check too")
-    wanted = select_checks(infos, args.check)
+    where = _placements(args)
+    wanted = _select_checks(infos, args, where)
     if args.device != "cpu":
         infos = [i for i in infos if args.device in i.devices]
     candidates = {i.name: resolve_candidate(i, args.impl) for i in infos}
     chosen = run_settings(args.max_examples)
     reproduce = reproduce_of(args.reproduce)
-    where = _placements(args)
+    counting = not args.check and args.impl == "impl"  # each placement's paths, from its checks
     results: list[CheckResult] = []
     started = time.perf_counter()
     with _progress() as progress:
@@ -116,23 +121,26 @@ def verify(args: argparse.Namespace) -> int:
             for info in records:
                 distinct = where
                 for placement in where:
+                    runs = [c for c in wanted[info.name] if _runs_on(c, placement, where)]
                     if placement not in distinct:  # would run the code already checked
-                        progress.advance(task, sum(map(_every_placement, wanted[info.name])))
+                        progress.advance(task, len(runs))
                         continue
-                    asked = placements.asked()
-                    for check in wanted[info.name]:
-                        if placement != where[0] and not _every_placement(check):
-                            continue
+                    asked, before, group = placements.asked(), placements.ran(), []
+                    for check in runs:
                         progress.update(task, description=f"{op}: {info.function} {check}"
                                         + (f" [{placement}]" if len(where) > 1 else ""))
-                        results.append(_verify_one(args, info, check, candidates[info.name],
-                                                   placement, chosen, reproduce))
+                        group.append(_verify_one(args, info, check, candidates[info.name],
+                                                 placement, chosen, reproduce))
                         progress.advance(task)
                     if len(where) > 1 and placement == where[0]:
                         distinct = placements.distinct(where, asked)
                         if distinct == where[:1]:  # the op's code never asked: one path
-                            for r in results[-len(wanted[info.name]):]:
+                            for r in group:
                                 r.placement = "any"
+                    if counting and info.paths and group:
+                        group.append(_paths_result(args, info, placement, group,
+                                                   placements.since(before)))
+                    results += group
             progress.update(task, description=op)
     _print_summary(results, profile, args, time.perf_counter() - started, left_out)
     covered = _finish_coverage(measure) if measure is not None else None
@@ -142,7 +150,7 @@ def verify(args: argparse.Namespace) -> int:
         document = {"profile": profile, "device": args.device, "impl": args.impl,
                     "passed": code == OK, "verdict": verdict, "exit_status": code,
                     "not_run": {i.name: i.missing() for i in left_out},
-                    "checks": [asdict(r) | {"passed": r.passed} for r in results]}
+                    "checks": [_as_json(r) for r in results]}
         if covered is not None:
             from batchproof.cli import branch_coverage
 
@@ -220,9 +228,40 @@ def _placements(args: argparse.Namespace) -> list[str]:
                          "pip install 'batchproof[kernels]')")
     return [args.placement]
 
+def _select_checks(infos, args: argparse.Namespace, where: Sequence[str]) -> dict[str, list[str]]:
+    """record name -> the checks to run: `select_checks`, plus the `paths:PLACEMENT` checks
+    `--check` names (batchproof's own impl/, a placement this run checks)."""
+    named = args.check or []
+    paths = [c for c in named if c.startswith("paths:")]
+    if not paths:
+        return select_checks(infos, named)
+    if args.impl != "impl":
+        raise UsageError(f"--check {paths[0]}: only batchproof's own impl/ counts the paths it "
+                         "takes")
+    known = {c for i in infos for c in i.path_checks()}
+    for check in paths:
+        if check not in known:
+            raise UsageError(f"unknown check {check!r}: the records named declare no paths "
+                             "(`batchproof list checks`)")
+        if check.removeprefix("paths:") not in where:
+            raise UsageError(f"--check {check}: placement {check.removeprefix('paths:')} does "
+                             f"not run here (this run: {', '.join(where)})")
+    rest = [c for c in named if c not in paths]
+    wanted = select_checks(infos, rest) if rest else {i.name: [] for i in infos}
+    return {i.name: wanted[i.name] + [c for c in i.path_checks() if c in paths] for i in infos}
+
+
 def _runs(checks: Sequence[str], where: Sequence[str]) -> int:
     """How many check runs a record's checks make over the placements."""
-    return len(checks) + (len(where) - 1) * sum(map(_every_placement, checks))
+    return sum(_runs_on(c, p, where) for p in where for c in checks)
+
+
+def _runs_on(check: str, placement: str, where: Sequence[str]) -> bool:
+    """Whether `check` runs on `placement`: every check on the first placement, those that
+    compare with the reference on every other (`_every_placement`); `paths:P` on P alone."""
+    if check.startswith("paths:"):
+        return check == f"paths:{placement}"
+    return placement == where[0] or _every_placement(check)
 
 def _every_placement(check: str) -> bool:
     """The checks run again on each placement beyond the default: those comparing the candidate
@@ -239,6 +278,7 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
     t0 = time.perf_counter()
     result = CheckResult(info.op, info.function, check, Verdict.PASS, 0, 0.0, args.device,
                          placement=placement)
+    before = placements.ran()
     try:
         with placements.placed(placement):
             run_check(info, check, candidate, settings=chosen, device=args.device,
@@ -257,12 +297,51 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
     if isinstance(candidate, TalliedCall):
         taken = candidate.take()
         result.warnings, result.warnings_not_kept = taken.seen, taken.more
+    if check.startswith("paths:"):
+        result.paths, result.other_paths = placements.counts(
+            info, check.removeprefix("paths:"), placements.since(before))
     if result.passed:
         result.notes = list(stats.notes)  # e.g. a replay that passes now
     if result.passed and result.examples == 0:  # nothing ran: never a pass
         result.status = Verdict.ERROR
         result.error = "no example ran: the strategy drew none (batchproof's own failure)"
     return result
+
+def _paths_result(args, info, placement: str, group: list[CheckResult],
+                  counted) -> CheckResult:
+    """The `paths:PLACEMENT` check of one placement's row, from what its checks (`group`) ran:
+    FAIL when a path it stands for never ran, or one of a kind it does not stand for did
+    (`placements.faults`); no examples of its own (it counts over the group's)."""
+    from batchproof import placements, report
+
+    check = f"paths:{placement}"
+    result = CheckResult(info.op, info.function, check, Verdict.PASS, 0, 0.0, args.device,
+                         placement=group[0].placement)
+    result.paths, result.other_paths = placements.counts(info, placement, counted)
+    examples = sum(r.examples for r in group)
+    problems = placements.faults(info, placement, counted)
+    if not examples:
+        result.status = Verdict.ERROR
+        result.error = "no example ran: no path was counted (batchproof's own failure)"
+    elif problems:
+        result.status = Verdict.FAIL
+        result.error = (f"PathNotTaken: {'; '.join(problems)} ({examples} examples of "
+                        f"{len(group)} checks)")
+    if not result.passed:
+        words = _verify_words(args, info.name)
+        if placement in placements.PLACEMENTS:
+            words += ["--placement", placement]
+        result.replay = report.command(words + ["--check", check])
+    return result
+
+
+def _as_json(result: CheckResult) -> dict:
+    """One check of the JSON report; the path counts only on a `paths:` check."""
+    document = asdict(result) | {"passed": result.passed}
+    if not result.check.startswith("paths:"):
+        del document["paths"], document["other_paths"]
+    return document
+
 
 def exit_code(results: Sequence[CheckResult]) -> int:
     """The one exit policy (`batchproof.statuses.exit_status`) over the checks run."""
@@ -298,7 +377,8 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
         table.add_row(op, function, placement, str(len(rows)), str(sum(r.examples for r in rows)),
                       verdict, f"{sum(r.seconds for r in rows):.1f}s")
     console.print(table)
-    _print_placement_legend({r.placement for r in results})
+    _print_placement_legend({r.placement for r in results},
+                            any(r.check.startswith("paths:") for r in results))
     for r in (r for r in results if not r.passed):
         where = f" on {r.placement}" if r.placement not in ("", "any", args.device) else ""
         console.rule(f"{r.op}.{r.function} — {r.check}{where} ({r.status})", style="red")
@@ -324,7 +404,7 @@ def _print_summary(results, profile, args, seconds, left_out) -> None:
                   f"{f' ({extra})' if extra else ''} in {seconds:.1f}s"
                   + (f"; {len(left_out)} record(s) not run" if left_out else ""))
 
-def _print_placement_legend(shown: set[str]) -> None:
+def _print_placement_legend(shown: set[str], paths: bool) -> None:
     from batchproof.placements import PLACEMENTS
 
     named = [f"{name} = {what}" for name, what in PLACEMENTS.items() if name in shown]
@@ -332,4 +412,7 @@ def _print_placement_legend(shown: set[str]) -> None:
         say("placements: " + "; ".join(named) + (
             "; any = the op has one code path (it never asks where it runs)"
             if "any" in shown else "") + ". Equivalence, errors and pins run on each; "
-            "properties on the first.")
+            "properties on the first." + (
+                " A record that declares its kernels and fast paths has one more check per "
+                "row, paths:PLACEMENT: each of them ran, and nothing the placement may not run."
+                if paths else ""))
