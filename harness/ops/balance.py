@@ -15,7 +15,7 @@ from batchproof import blocks as hs
 from batchproof.compare import assert_identical
 from batchproof.reference import balance as _reference
 from batchproof.reference.sft import ffd_bins as _reference_ffd_bins
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
 
 MAX_VALUES = 12
 
@@ -790,6 +790,7 @@ MICRO_BATCHES = register(OpInfo(
     ],
     pins=MICRO_PINS,
     forms={"lists": lambda c: c, "tensor": _lengths_as_tensor, "numpy_ints": _lengths_as_numpy},
+    paths=Paths(kernel=("numba:sft._first_fit",)),  # the groups' first-fit, compiled
     example=VERL_BUDGET,
     targets=lambda case: {"count bound width": float(count_bounds(case)[1]
                                                      - count_bounds(case)[0])},

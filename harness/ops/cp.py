@@ -17,7 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from batchproof import blocks as hs
 from batchproof.compare import Mismatch, assert_identical
 from batchproof.reference import cp as _reference
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
 
 MAX_CP = 8
 MAX_SEQUENCES = 5
@@ -978,6 +978,8 @@ SHARD = register(OpInfo(
     forms={"tensordict": lambda c: c, "dict": _dict_form},
     devices=("cpu", "cuda"),
     to_device=_padded_on,
+    # CUDA: each rank's slots by one Triton kernel, the fields gathered by another
+    paths=Paths(triton=("triton:cp._shard_index", "triton:cp._gather_rows")),
     describe_row=lambda case, row: f"rank {row}",
     picture=shard_picture,
     example=SHARD_EXAMPLE,
@@ -1186,6 +1188,7 @@ SHARD_BSHD = register(OpInfo(
     pins=BSHD_PINS,
     forms={"tensordict": lambda c: c, "dict": _bshd_dict_form},
     devices=("cpu", "cuda"),
+    paths=Paths(triton=("triton:cp._gather_rows",)),  # CUDA: the columns, one gather
     to_device=lambda case, device: case.replace(case.args[0].to(device))
     if isinstance(case.args[0], TensorDictBase) else case,
     example=BSHD_EXAMPLE,
@@ -1358,6 +1361,8 @@ UNSHARD = register(OpInfo(
     ],
     pins=UNSHARD_PINS,
     devices=("cpu", "cuda"),
+    # CUDA: where each real token is read from, one Triton kernel; the gather, another
+    paths=Paths(triton=("triton:cp._unshard_index", "triton:cp._gather_rows")),
     to_device=lambda case, device: case.replace(
         *(a.to(device) if isinstance(a, torch.Tensor) else
           [t.to(device) for t in a] if isinstance(a, list) and a and

@@ -29,7 +29,7 @@ import batchproof.reference.nesting as ref_nesting
 from batchproof import blocks as hs
 from batchproof.compare import assert_identical
 from batchproof.reference.rl_batch import build_rl_batch
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
 
 # --------------------------------------------------------------------------- the spec's table
 
@@ -1466,6 +1466,10 @@ def _flat_output(case: Case) -> Case:
 
 COMMON = dict(devices=("cpu", "cuda"), to_device=_to_device, describe_row=describe_row,
               picture=picture)
+# the CPU finds a mask's runs in one scan with a host read (_runs_of); CUDA copies the runs
+# of a field with one Triton kernel (both directions)
+_RUNS = "cpu:nesting._runs_of"
+_COPY_RUNS = ("triton:nesting._copy_runs",)
 
 NEST_BY_MASK = register(OpInfo(
     op="nesting",
@@ -1480,6 +1484,7 @@ NEST_BY_MASK = register(OpInfo(
         Property.of(prop_strict_coverage),
     ],
     pins=NEST_PINS,
+    paths=Paths(kernel=(_RUNS,), cpu=(_RUNS,), triton=_COPY_RUNS),
     example=EXAMPLE,
     show=show,
     doc="padded verl batch → jagged fields by mask + run-length-encoded masks",
@@ -1497,6 +1502,7 @@ UNNEST_BY_MASK = register(OpInfo(
         Property.of(prop_chunk_commutes, metamorphic=True),
     ],
     pins=UNNEST_PINS,
+    paths=Paths(triton=_COPY_RUNS),
     example=Case((_example_nested(),)),
     show=show,
     doc="nested batch (or chunk) → the dense batch, pads at mask-0 positions",
@@ -1529,6 +1535,7 @@ EXTRACT_RESPONSE = register(OpInfo(
         Property.of(prop_nested_equals_dense, metamorphic=True),
     ],
     pins=EXTRACT_PINS,
+    paths=Paths(kernel=(_RUNS,), cpu=(_RUNS,)),
     forms={"given": lambda c: c, "flat_output": _flat_output},
     doc="model output over real tokens → (B, R, ...) response-level tensor",
     **COMMON,

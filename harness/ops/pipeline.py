@@ -22,7 +22,7 @@ from batchproof import blocks as hs
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
 from batchproof.models import VOCAB, ModelCase, ModelSpec
 from batchproof.reference.pipeline import LEDGER_KEYS, loss_scale
-from batchproof.registry import Case, OpInfo, Pin, Property, register
+from batchproof.registry import Case, OpInfo, Paths, Pin, Property, register
 
 MODEL = ModelSpec("llama", "eager")  # cached tiny float32 model; eager is the fastest on CPU
 EXACT_KEYS = tuple(k for k in LEDGER_KEYS if k != "logprob")
@@ -353,6 +353,19 @@ def _rows_picture(case: Case, td: TensorDict) -> list[str]:
     return lines
 
 
+# the paths of the ops the step goes through: build_rl_batch from lists, nest_by_mask's runs,
+# micro_batches' first fit, the packed micro-batches of response_logprobs
+_CPU_PATHS = ("cpu:rl_batch._write_lists", "cpu:rl_batch._window_rows", "cpu:nesting._runs_of")
+PATHS = Paths(
+    kernel=(*_CPU_PATHS, "numba:sft._first_fit", "numba:varlen.write_samples"),
+    cpu=(*_CPU_PATHS, "cpu:varlen._copy_rows"),
+    triton=("triton:rl_batch._sequence_rows", "triton:rl_batch._response_rows",
+            "triton:nesting._copy_runs", "triton:varlen._samples"),
+    # on CUDA the controller stays on the host (its CPU paths, not claimed here); the workers
+    # pack their micro-batches on the model's device
+    cuda=("triton:varlen._samples",),
+)
+
 PIPELINE = register(OpInfo(
     op="pipeline",
     function="rl_step",
@@ -374,4 +387,5 @@ PIPELINE = register(OpInfo(
     requires=("transformers",),
     devices=("cpu", "cuda"),
     to_device=lambda case, device: case.on(device),  # the model; the rollouts are host lists
+    paths=PATHS,
 ))

@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 from batchproof import blocks as hs
 from batchproof.compare import assert_identical
 from batchproof.reference import rl_batch as _reference
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register, tensors_on
+from batchproof.registry import (
+    BadCase,
+    Case,
+    OpInfo,
+    Paths,
+    Pin,
+    Property,
+    register,
+    tensors_on,
+)
 
 # --------------------------------------------------------------------------- strategies
 
@@ -610,6 +619,16 @@ VALUES_PINS = [
 EXAMPLE = Case(([[11, 12, 13], [21], [31, 32]], [[14, 15], [22, 23, 24, 25], []]),
                {"pad_token_id": 0, "rewards": [1.0, 0.0, 0.5]})
 
+# lists: packed by struct (_write_lists); tensors and jagged: the one-pass kernel (Numba on the
+# CPU, Triton on CUDA); scalar rewards: the torch composition, with the CPU's row copies
+_CPU_PATHS = ("cpu:rl_batch._write_lists", "cpu:rl_batch._copy_rows_cpu",
+              "cpu:rl_batch._window_rows")
+_TRITON_PATHS = ("triton:rl_batch._sequence_rows", "triton:rl_batch._response_rows")
+BUILD_PATHS = Paths(kernel=("numba:rl_batch.write_rows", *_CPU_PATHS), cpu=_CPU_PATHS,
+                    triton=_TRITON_PATHS,
+                    # list rows reach the device through a pinned copy (device=cuda is passed)
+                    cuda=(*_TRITON_PATHS, "cuda:_sync.host_put"))
+
 BUILD_RL_BATCH = register(OpInfo(
     op="rl_batch",
     function="build_rl_batch",
@@ -635,6 +654,7 @@ BUILD_RL_BATCH = register(OpInfo(
     lossy_forms=(NARROW_FORM,),
     devices=("cpu", "cuda"),
     to_device=_on_device,
+    paths=BUILD_PATHS,
     describe_row=describe_row,
     picture=picture,
     example=EXAMPLE,

@@ -24,7 +24,7 @@ from tensordict import TensorDict
 from batchproof import blocks as hs
 from batchproof.compare import assert_identical
 from batchproof.reference import sft as oracle
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
 
 MAX_EXAMPLES = 6
 WEIGHTS = [0.0, 1.0, 0.5, 2.0, -0.0, 0.25, 1e-40]
@@ -1319,6 +1319,16 @@ PACK_PINS = [
 
 # --------------------------------------------------------------------------- records
 
+# lists: each example's ids packed by struct straight into the output (_write_ints); tensors
+# and jagged batches: the compiled kernels (a 0/1 check of attention masks first); first-fit
+# compiled over the lengths; CUDA: pack_sft's Triton kernel (collate_sft has none)
+_FIRST_FIT = "numba:sft._first_fit"
+COLLATE_PATHS = Paths(kernel=("numba:sft.collate", "numba:sft.zero_one", "cpu:sft._write_ints"),
+                      cpu=("cpu:sft._write_ints",))
+PACK_PATHS = Paths(kernel=("numba:sft.write_rows", "numba:sft.zero_one", _FIRST_FIT,
+                           "cpu:sft._write_ints"),
+                   cpu=("cpu:sft._write_ints",), triton=("triton:sft._rows",))
+
 PACK_EXAMPLE = Case(([_ex([11, 12, 13], 2, [1, 1]), _ex([21, 22, 23, 24], 4, [1, 0, 1, 1]),
                       _ex([31], 1, [1]), _ex([41, 42, 43, 44, 45], 3, [1, 1, 1])],),
                     {"pad_token_id": 0, "capacity": 8, "dp_size": 2, "tp_size": 2})
@@ -1340,6 +1350,7 @@ COLLATE_SFT = register(OpInfo(
     lossy_forms=(NARROW_FORM,),
     devices=("cpu", "cuda"),
     to_device=_on_device,
+    paths=COLLATE_PATHS,
     describe_row=describe_collate_row,
     picture=collate_picture,
     example=Case(PACK_EXAMPLE.args, {"pad_token_id": 0}),
@@ -1382,6 +1393,7 @@ FFD_BINS = register(OpInfo(
         Property.of(prop_ffd_visit_order, name="visit_order"),
     ],
     pins=FFD_PINS,
+    paths=Paths(kernel=(_FIRST_FIT,)),
     example=FFD_PINS[0].case,
     doc="first-fit-decreasing bins with the DP bin-count adjustment",
 ))
@@ -1413,6 +1425,7 @@ PACK_SFT = register(OpInfo(
     lossy_forms=(NARROW_FORM,),
     devices=("cpu", "cuda"),
     to_device=_on_device,
+    paths=PACK_PATHS,
     describe_row=describe_pack_row,
     picture=pack_picture,
     example=PACK_EXAMPLE,

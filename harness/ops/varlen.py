@@ -22,7 +22,7 @@ from batchproof.models import (
     trainable_model,
 )
 from batchproof.reference import varlen as _reference
-from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
 
 MAX_ROWS = hs.MAX_ROWS
 MODEL_MAX_ROWS = 4  # model cases: a few samples of a few tokens keep one example ~10 ms
@@ -415,6 +415,14 @@ PACK_PINS = [
 
 PACK_EXAMPLE = Case(([[11, 12, 13], [], [21]], [[14, 15], [], [22]]), {"pad_to_multiple": 4})
 
+# lists: the row packed in C (_write_lists), then the other outputs by the compiled kernel (or,
+# kernels off, torch); tensors and jagged: the kernel writes everything (kernels off: one
+# memcpy per prompt and response, _copy_rows); CUDA: one Triton kernel
+_SAMPLES_KERNEL, _COPY_ROWS = "numba:varlen.write_samples", "cpu:varlen._copy_rows"
+_TRITON_SAMPLES = ("triton:varlen._samples",)
+PACK_PATHS = Paths(kernel=("cpu:varlen._write_lists", _SAMPLES_KERNEL),
+                   cpu=("cpu:varlen._write_lists", _COPY_ROWS), triton=_TRITON_SAMPLES)
+
 PACK_VARLEN = register(OpInfo(
     op="varlen",
     function="pack_varlen",
@@ -434,6 +442,7 @@ PACK_VARLEN = register(OpInfo(
            "jagged with holes": lambda c: _jagged_form(c, holes=True)},
     devices=("cpu", "cuda"),
     to_device=_pack_on,
+    paths=PACK_PATHS,
     describe_row=describe_samples,
     picture=pack_picture,
     example=PACK_EXAMPLE,
@@ -1355,6 +1364,8 @@ RESPONSE_LOGPROBS = register(OpInfo(
            "jagged with holes": lambda c: _jagged_form(c, holes=True)},
     devices=("cpu", "cuda"),
     to_device=_model_case_on,
+    # the samples packed as pack_varlen packs tensors (the micro-batches' rows)
+    paths=Paths(kernel=(_SAMPLES_KERNEL,), cpu=(_COPY_ROWS,), triton=_TRITON_SAMPLES),
     describe_row=describe_samples,
     example=CROSS_SAMPLE,
     doc="per-token response logprobs: packed micro-batches vs per-sample dense forwards",
