@@ -23,8 +23,43 @@ def test_declared_killers_kill(entry) -> None:
 def test_killers_name_real_checks() -> None:
     for entry in ENTRIES:
         for record, check in entry.killer_checks():
-            assert check in registry.get(record).check_names(), (
+            info = registry.get(record)
+            assert check in info.check_names() + info.path_checks(), (
                 f"{entry.name}: killer {record}/{check} is not a check of {record}")
+
+
+DISPATCH = [e for e in ENTRIES if all(c.startswith("paths:") for _, c in e.killer_checks())]
+
+
+@pytest.mark.parametrize("entry", DISPATCH, ids=[e.name for e in DISPATCH])
+def test_a_dispatch_fault_passes_every_equivalence_check(entry) -> None:
+    """The dispatch faults give equal outputs: under each placement their killers name, the
+    checks that compare with the reference (equivalence, errors, the pins) all pass; only
+    the count of the paths that ran sees them."""
+    from batchproof import placements
+
+    for record, check in entry.killer_checks():
+        info = registry.get(record)
+        names = [c for c in info.check_names() if c in ("equivalence", "errors")
+                 or c.startswith("pin:")]
+        with placements.placed(check.removeprefix("paths:")):
+            result = run_entry(entry, [(record, c) for c in names], profile="mutation")
+        assert not result.killed, f"{entry.name} under {check}: {result.errors}"
+
+
+def test_the_kill_matrix_runs_the_paths_checks_an_entry_declares(monkeypatch) -> None:
+    """A full row of the matrix runs every check of the op, and the entry's `paths:` killers
+    (which are not among them: a paths check reruns a record's checks under one placement)."""
+    from batchproof.mutation import kill_matrix
+
+    ran = []
+    monkeypatch.setattr(kill_matrix, "run_check",
+                        lambda info, check, settings, seed: ran.append((info.name, check)))
+    entry = get("rl_batch.numba_kernel_never_dispatched")
+    run_entry(entry, profile="mutation")
+    assert ("rl_batch.build_rl_batch", "paths:kernel") in ran
+    assert not any(c.startswith("paths:") and c != "paths:kernel" for _, c in ran)
+    assert ("rl_batch.response_values", "equivalence") in ran
 
 
 def test_every_property_can_fail() -> None:

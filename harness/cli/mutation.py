@@ -195,6 +195,7 @@ def _write_matrix_markdown(path, results, entries_by_name, profile) -> None:
                 short = key.split("/", 1)[1] if key.startswith(entry.record + "/") else key
                 killers.append(f"**{short}**" if key in r.declared else short)
         kind = " (oracle)" if entry.oracle else ""
+        kind += f" (its `{entry.target}`)" if entry.target else ""
         bug = entry.bug.replace("|", "\\|")
         lines.append(f"| `{r.entry}` | `{entry.record}`{kind} | {bug} | "
                      f"{', '.join(killers) or 'SURVIVED'} |")

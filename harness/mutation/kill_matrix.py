@@ -78,9 +78,11 @@ def run_entry(
                           phases=[p for p in chosen.phases if p not in (Phase.shrink, Phase.explain)])
     if search_only:
         chosen = settings(chosen, phases=[p for p in chosen.phases if p != Phase.explicit])
-    if checks is None:
+    if checks is None:  # every check of the op, and the entry's `paths:` killers (a paths
+        # check reruns a record's checks under one placement: only where an entry names it)
         checks = [(info.name, c) for info in registry.select([entry.op])
                   for c in info.check_names()]
+        checks += [k for k in entry.killer_checks() if k not in checks]
     checks = [(r, c) for r, c in checks if check_key(r, c) not in disabled
               and not (search_only and c.startswith("pin:"))]
     result = EntryResult(entry.name, entry.op, [check_key(r, c) for r, c in

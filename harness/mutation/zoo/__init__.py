@@ -27,6 +27,8 @@ class ZooEntry:
     killers: the checks that must fail on it, as `check` (a check of the record
     `<op>.<function>`) or `<op>.<function>/<check>` for a check of another record of the op.
     oracle: replace the reference too (a spec-level bug: equivalence cannot see it).
+    target: the attribute of `impl.<op>` replaced, where it is not the record's function (a
+    private helper: `_one_pass_kernel`, the dispatch of build_rl_batch's one-pass kernels).
     """
 
     name: str
@@ -37,6 +39,12 @@ class ZooEntry:
     replacement: Callable
     reference: str = ""
     oracle: bool = False
+    target: str = ""
+
+    @property
+    def replaced(self) -> str:
+        """The attribute of `impl.<op>` the entry replaces."""
+        return self.target or self.function
 
     @property
     def record(self) -> str:
@@ -72,14 +80,15 @@ def get(name: str) -> ZooEntry:
 
 @contextlib.contextmanager
 def planted(entry: ZooEntry) -> Iterator[None]:
-    """Temporarily replace the entry's function in `impl.<op>` (and `reference.<op>` if oracle)."""
+    """Temporarily replace the entry's function (or `target`) in `impl.<op>` (and
+    `reference.<op>` if oracle)."""
     packages = ["batchproof.impl", "batchproof.reference"] if entry.oracle else ["batchproof.impl"]
     modules = [importlib.import_module(f"{p}.{entry.op}") for p in packages]
-    originals = [getattr(m, entry.function) for m in modules]
+    originals = [getattr(m, entry.replaced) for m in modules]
     try:
         for module in modules:
-            setattr(module, entry.function, entry.replacement)
+            setattr(module, entry.replaced, entry.replacement)
         yield
     finally:
         for module, original in zip(modules, originals):
-            setattr(module, entry.function, original)
+            setattr(module, entry.replaced, original)

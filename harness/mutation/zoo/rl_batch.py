@@ -10,6 +10,7 @@ import logging
 
 import torch
 
+from batchproof.impl import _cpu
 from batchproof.impl import rl_batch as _impl
 from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import rl_batch as _reference
@@ -18,6 +19,7 @@ from batchproof.reference import rl_batch as _reference
 _build = _impl.build_rl_batch
 _oracle_build = _reference.build_rl_batch
 _values = _impl.response_values
+_one_pass_kernel = _impl._one_pass_kernel
 
 
 def _left_aligned_slice(values, response_mask):
@@ -270,6 +272,35 @@ def _warns_at_max_seq_len(prompts, responses, **kwargs):
     return td
 
 
+# dispatch faults: the outputs stay bit-identical (every equivalence check passes), the op takes
+# slower code than its placement stands for; only the `paths:` checks see them
+
+
+def _numba_never_dispatched(device, per_token):
+    """The compiled kernel's dispatch condition always false: the torch composition instead."""
+    module = _one_pass_kernel(device, per_token)
+    return None if module is _impl.rl_batch_kernel else module
+
+
+def _triton_falls_back(device, per_token):
+    """The Triton kernels never chosen: the device-generic torch composition runs on CUDA."""
+    module = _one_pass_kernel(device, per_token)
+    return module if module is _impl.rl_batch_kernel else None
+
+
+def _fast_paths_ignore_the_switch(device) -> bool:
+    """The CPU fast paths taken on every CPU tensor, whatever the placement asks: the generic
+    placement then checks the CPU's code instead of the code CUDA runs."""
+    _cpu.fast_paths(device)  # (asked, as before)
+    return device.type == "cpu"
+
+
+def _dispatch(name, bug, killers, target, replacement) -> ZooEntry:
+    return ZooEntry(name=f"rl_batch.{name}", op="rl_batch", function="build_rl_batch",
+                    bug=f"dispatch: {bug}", killers=killers, replacement=replacement,
+                    target=target)
+
+
 def _choice(name, bug, killers, replacement) -> ZooEntry:
     return ZooEntry(name=f"rl_batch.{name}", op="rl_batch", function="build_rl_batch",
                     bug=f"spec choice: {bug}", killers=killers, replacement=replacement,
@@ -428,4 +459,16 @@ ENTRIES = [
     _choice("oracle_warns_at_max_seq_len",
             "max_seq_len an inclusive limit: T == max_seq_len warns too",
             ("property:max_seq_len_only_warns",), _warns_at_max_seq_len),
+    _dispatch("numba_kernel_never_dispatched",
+              "the Numba kernel's dispatch condition always false: tensors and jagged rows "
+              "take the torch composition (equal outputs, a slower op)", ("paths:kernel",),
+              "_one_pass_kernel", _numba_never_dispatched),
+    _dispatch("triton_falls_back_to_torch",
+              "the Triton kernels never chosen: CUDA runs the torch composition (equal "
+              "outputs, a slower op)", ("paths:triton",), "_one_pass_kernel",
+              _triton_falls_back),
+    _dispatch("fast_paths_ignore_the_placement",
+              "the CPU fast paths taken whatever the placement asks: the generic and triton "
+              "placements check CPU code, not the code CUDA runs",
+              ("paths:generic", "paths:triton"), "fast_paths", _fast_paths_ignore_the_switch),
 ]

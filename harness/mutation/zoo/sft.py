@@ -708,5 +708,14 @@ ENTRIES = [
         replacement=_normalized_by(lambda loss: math.fsum(loss.flatten().tolist())),
         oracle=True,
     ),
+    ZooEntry(
+        name="sft.lists_never_written_in_place", op="sft", function="collate_sft",
+        target="_writable_in_place",
+        bug="dispatch: the CPU's in-place packing of list ids never chosen (its condition "
+            "always false): lists take the flatten-and-scatter path (equal outputs, a slower "
+            "op)",
+        killers=("paths:kernel", "paths:cpu", "sft.pack_sft/paths:cpu"),
+        replacement=lambda batch, out: False,
+    ),
 ]
 
