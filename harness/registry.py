@@ -187,9 +187,9 @@ class Paths:
               cpu=("cpu:rl_batch._write_lists",),
               triton=("triton:rl_batch._sequence_rows",))
 
-    Declare the paths the checks reach on every run (through the pins, or on nearly every
-    input): a path reached only by rare inputs would make the verdict depend on the draw.
-    `generic` runs none (the device-generic code is what is left when none is taken).
+    Declare only paths the record's valid pins take (every run includes them): a path that
+    only drawn inputs reach would make the verdict depend on the draw. `generic` runs none (the
+    device-generic code is what is left when none is taken).
     """
 
     # `kernel`: the compiled CPU kernels (numba:) and the CPU fast paths (cpu:) it takes

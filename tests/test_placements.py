@@ -340,3 +340,30 @@ def test_the_paths_check_alone_runs_the_reference_checks_under_its_placement(mon
     assert [check for check, *_ in ran] == ["equivalence", "errors"]
     with pytest.raises(ValueError, match="paths:cuda cannot run on device 'cpu'"):
         checks.check_paths(NEST, "cuda")
+
+
+def test_a_cuda_row_fails_on_the_kernels_it_stands_for(monkeypatch) -> None:
+    """`verify --device cuda` (one placement, the device's) judges its row like a CPU row: the
+    Triton kernels and the pinned copy build_rl_batch declares for CUDA, from the counts of its
+    checks; the replay names the device, not a CPU placement. (Only the row's verdict is made
+    here: the checks themselves need a GPU.)"""
+    import argparse
+
+    from batchproof.cli import verify
+
+    monkeypatch.setattr(kernels, "_triton_installed", lambda: True)  # as on a GPU machine
+    args = argparse.Namespace(impl="impl", device="cuda", profile="ci")
+    info = registry.get("rl_batch.build_rl_batch")
+    group = [verify.CheckResult("rl_batch", "build_rl_batch", "equivalence", "pass", 40, 1.0,
+                                "cuda", placement="cuda")]
+    counted = Counter({"triton:rl_batch._sequence_rows": 40, "cpu:rl_batch._write_lists": 3})
+    row = verify._paths_result(args, info, "cuda", group, counted)
+    assert (row.check, row.placement, row.status) == ("paths:cuda", "cuda", "fail")
+    assert row.paths == {"triton:rl_batch._sequence_rows": 40,
+                         "triton:rl_batch._response_rows": 0, "cuda:_sync.host_put": 0}
+    assert row.other_paths == {"cpu:rl_batch._write_lists": 3}  # allowed on CUDA: host data
+    assert "_response_rows, which never ran" in row.error and "host_put" in row.error
+    assert "--device cuda" in row.replay and "--check paths:cuda" in row.replay
+    assert "--placement" not in row.replay
+    counted.update({"triton:rl_batch._response_rows": 40, "cuda:_sync.host_put": 40})
+    assert verify._paths_result(args, info, "cuda", group, counted).status == "pass"

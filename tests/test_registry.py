@@ -6,12 +6,15 @@ and every record's `cuda` variant runs under the `gpu` marker.
 
 from __future__ import annotations
 
+import copy
+
 import hypothesis
 import pytest
 
 from batchproof import placements, registry
-from batchproof.checks import run_check
+from batchproof.checks import check_equivalence, run_check
 from batchproof.impl import kernels
+from batchproof.registry import Case
 
 RECORDS = registry.all_ops()
 IMPL_CHECKS = [(info.name, check) for info in RECORDS for check in info.check_names()]
@@ -72,6 +75,29 @@ def test_rl_batch_flat_sequence_kernel_interpreted(record: str, check: str,
                                                                           20)))
 
 
+# each CPU placement a record declares paths for, and `generic` (which must run none)
+PATH_PLACEMENTS = [(info.name, placement) for info in RECORDS if info.paths
+                   for placement in ("kernel", "cpu", "generic", "triton")
+                   if info.paths.of(placement) or placement == "generic"]
+
+
+@pytest.mark.parametrize("record, placement", PATH_PLACEMENTS, ids=map(_id, PATH_PLACEMENTS))
+def test_the_pins_alone_take_the_paths_each_placement_declares(record: str,
+                                                               placement: str) -> None:
+    """Under the placement, the record's pinned valid inputs alone (each in every input form)
+    run every kernel and fast path it declares, and none it may not run: the `paths:` verdict
+    of `verify` (whose every run includes the pins) never depends on the draw."""
+    if placement not in placements.available():
+        pytest.skip(f"placement {placement} is not available here")
+    info = registry.get(record)
+    before = placements.ran()
+    with placements.placed(placement):
+        for pin in info.pins:
+            if isinstance(pin.case, Case):
+                check_equivalence(info, copy.deepcopy(pin.case), info.impl)
+    assert placements.faults(info, placement, placements.since(before)) == []
+
+
 @pytest.mark.parametrize("record, check", REFERENCE_CHECKS, ids=map(_id, REFERENCE_CHECKS))
 def test_reference_satisfies(record: str, check: str) -> None:
     info = registry.get(record)
@@ -81,6 +107,17 @@ def test_reference_satisfies(record: str, check: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("record, check", GPU_CHECKS, ids=map(_id, GPU_CHECKS))
 def test_impl_on_cuda(record: str, check: str) -> None:
+    run_check(registry.get(record), check, device="cuda")
+
+
+CUDA_PATHS = [(info.name, "paths:cuda") for info in RECORDS
+              if "cuda" in info.devices and info.paths.of("cuda")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("record, check", CUDA_PATHS, ids=map(_id, CUDA_PATHS))
+def test_impl_takes_the_paths_cuda_declares(record: str, check: str) -> None:
+    """The Triton kernels (and the pinned copies) the `cuda` placement stands for ran."""
     run_check(registry.get(record), check, device="cuda")
 
 
