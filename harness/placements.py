@@ -19,8 +19,8 @@ A switch only says which code may run. What did run, `impl/` counts (`batchproof
 each compiled kernel and fast path as it starts); a record declares the paths its function
 takes (`OpInfo.paths`), and each placement stands for some of them (`registry.PLACEMENT_KINDS`).
 `faults()` compares a placement's counts with its declaration: a declared path that never ran
-(the op took slower code, with equal outputs) or a path of a kind the placement does not stand
-for. `verify` counts over each placement's checks; `batchproof.checks.check_paths` runs them
+(the op took slower code, whose outputs can be equal) or a path of a kind the placement may not
+run. `verify` counts over each placement's checks; `batchproof.checks.check_paths` runs them
 for one placement alone (the `paths:PLACEMENT` check: the bug zoo's killer, the replay of a
 failure).
 """
@@ -97,7 +97,7 @@ def distinct(where: list[str], before: tuple[int, int]) -> list[str]:
 
 class PathNotTaken(AssertionError):
     """A placement's checks did not run the code it stands for: a declared path never ran, or
-    a path of a kind it does not stand for did. A divergence of `impl/`'s dispatch (the op is
+    a path of a kind it may not run did. A divergence of `impl/`'s dispatch (the op is
     slower, or the placement checked other code than it names), not batchproof's own failure:
     `verify` reports it as FAIL (exit 1)."""
 
@@ -113,12 +113,13 @@ def since(before: Counter[str]) -> Counter[str]:
 
 
 def kinds(placement: str) -> tuple[str, ...]:
-    """The kinds of path `placement` stands for here: on CUDA the Triton kernels only where
-    they apply (triton installed, `kernels.TRITON` on)."""
-    stands = PLACEMENT_KINDS.get(placement, ())
-    if placement == "cuda" and not kernels.triton_applies(torch.device("cuda")):
-        stands = tuple(kind for kind in stands if kind != "triton")
-    return stands
+    """The kinds of path `placement` runs here: on CUDA the Triton kernels only where they
+    apply (triton installed, `kernels.TRITON` on; not asked through `triton_applies`, whose
+    count `distinct` reads)."""
+    runs = PLACEMENT_KINDS.get(placement, ())
+    if placement == "cuda" and not (kernels.TRITON and kernels._triton_installed()):
+        runs = tuple(kind for kind in runs if kind != "triton")
+    return runs
 
 
 def declared(info: OpInfo, placement: str) -> tuple[str, ...]:
@@ -128,16 +129,16 @@ def declared(info: OpInfo, placement: str) -> tuple[str, ...]:
 
 def faults(info: OpInfo, placement: str, counted: Counter[str]) -> list[str]:
     """What is wrong with the paths `counted` under `placement`, one sentence each: every
-    declared path that never ran, every path of a kind the placement does not stand for. Empty
+    declared path that never ran, every path of a kind the placement may not run. Empty
     when the record declares no paths (nothing is claimed for it)."""
     if not info.paths:
         return []
     problems = [f"placement {placement} stands for {path}, which never ran: impl/ took other "
-                "code (equal outputs, a slower op)" for path in declared(info, placement)
-                if not counted[path]]
+                "code (a slower op, whose outputs can still be equal)"
+                for path in declared(info, placement) if not counted[path]]
     foreign = [kind for kind in PATH_KINDS if kind not in PLACEMENT_KINDS.get(placement, ())]
     problems += [f"placement {placement} ran {path} ({counted[path]} times), a {kind} path it "
-                 "does not stand for: it did not check the code it names"
+                 "may not run: it did not check the code it names"
                  for path in sorted(counted) for kind in foreign
                  if path.startswith(f"{kind}:") and counted[path]]
     return problems

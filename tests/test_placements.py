@@ -184,7 +184,7 @@ def test_a_kernel_that_silently_stops_running_fails_its_placement(tmp_path, monk
 def test_a_fast_path_that_ignores_the_switch_fails_the_generic_placement(tmp_path,
                                                                          monkeypatch) -> None:
     """The generic placement must run the code CUDA runs: a CPU fast path taken there is
-    code the placement does not stand for."""
+    code the placement may not run."""
     monkeypatch.setattr(rl_impl, "fast_paths", lambda device: device.type == "cpu")
     code, report = _report(tmp_path, "verify", "--op", "rl_batch.build_rl_batch",
                            "--placement", "generic", "--max-examples", "5", "--seed", "0")

@@ -310,7 +310,7 @@ def _verify_one(args, info, check: str, candidate, placement: str, chosen,
 def _paths_result(args, info, placement: str, group: list[CheckResult],
                   counted) -> CheckResult:
     """The `paths:PLACEMENT` check of one placement's row, from what its checks (`group`) ran:
-    FAIL when a path it stands for never ran, or one of a kind it does not stand for did
+    FAIL when a path it stands for never ran, or one of a kind it may not run did
     (`placements.faults`); no examples of its own (it counts over the group's)."""
     from batchproof import placements, report
 

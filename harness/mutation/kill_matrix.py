@@ -82,7 +82,7 @@ def run_entry(
         # check reruns a record's checks under one placement: only where an entry names it)
         checks = [(info.name, c) for info in registry.select([entry.op])
                   for c in info.check_names()]
-        checks += [k for k in entry.killer_checks() if k not in checks]
+        checks += [(r, c) for r, c in entry.killer_checks() if c.startswith("paths:")]
     checks = [(r, c) for r, c in checks if check_key(r, c) not in disabled
               and not (search_only and c.startswith("pin:"))]
     result = EntryResult(entry.name, entry.op, [check_key(r, c) for r, c in
