@@ -143,6 +143,35 @@ def test_verify_of_the_built_in_impl_replays(tmp_path) -> None:
     assert failure.minimal == "required_multiple(4, critic_mini_batch_size=2, n=2)", failure
 
 
+def test_verify_of_a_placement_whose_kernel_never_ran_replays(tmp_path) -> None:
+    """A dispatch fault planted in the fresh processes (`rl_batch.numba_kernel_never_dispatched`:
+    equal outputs, the Numba kernel never chosen): verify's `paths:kernel` failure is about
+    every input its checks drew, so it has no minimal case; its replay line reruns the
+    placement's reference checks alone and fails the same way, naming the same path."""
+    pytest.importorskip("numba")
+    plant = tmp_path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = environment(PYTHONPATH=str(plant),
+                      PLANTED_ZOO_ENTRY="rl_batch.numba_kernel_never_dispatched")
+    first = run(["batchproof", "verify", "--op", "rl_batch.build_rl_batch", "--placement",
+                 "kernel", "--max-examples", "5", "--profile", "ci"], tmp_path, env)
+    assert first.returncode == 1, first.stdout + first.stderr
+    lines = first.stdout.splitlines()
+    (header,) = [m[1] for line in lines for m in [_RULE.match(line.strip())] if m]
+    (replay,) = [line.removeprefix("replay: ") for line in lines if line.startswith("replay: ")]
+    assert header == "rl_batch.build_rl_batch — paths:kernel on kernel (fail)", header
+    assert replay.endswith("--placement kernel --check paths:kernel"), replay
+    assert not any(line.startswith("minimal case: ") for line in lines)
+    named = "numba:rl_batch.write_rows, which never ran"
+    assert named in first.stdout
+    again = run(shlex.split(replay), tmp_path, env)
+    assert again.returncode == 1, f"{replay}\n{again.stdout}{again.stderr}"
+    assert [m[1] for line in again.stdout.splitlines() for m in [_RULE.match(line.strip())]
+            if m] == [header]
+    assert named in again.stdout and f"replay: {replay}" in again.stdout
+
+
 def test_verify_of_a_package_replays(tmp_path) -> None:
     package = tmp_path / "mypkg"
     package.mkdir()
