@@ -367,3 +367,15 @@ def test_a_cuda_row_fails_on_the_kernels_it_stands_for(monkeypatch) -> None:
     assert "--placement" not in row.replay
     counted.update({"triton:rl_batch._response_rows": 40, "cuda:_sync.host_put": 40})
     assert verify._paths_result(args, info, "cuda", group, counted).status == "pass"
+
+
+def test_a_paths_check_named_alone_runs_on_its_placement_only(tmp_path) -> None:
+    """`--check paths:cpu` of a record with one code path (ffd_bins never asks where it runs):
+    nothing runs on the first placement, which then says nothing about the others; the check
+    runs on `cpu`, and only there."""
+    code, report = _report(tmp_path, "verify", "--op", "sft.ffd_bins", "--check", "paths:cpu",
+                           "--max-examples", "3")
+    (row,) = report["checks"]
+    assert (code, row["check"], row["placement"], row["status"]) == (0, "paths:cpu", "cpu",
+                                                                     "pass")
+    assert row["examples"] > 0 and row["other_paths"] == {}  # (no numba with kernels off)

@@ -132,8 +132,8 @@ def verify(args: argparse.Namespace) -> int:
                         group.append(_verify_one(args, info, check, candidates[info.name],
                                                  placement, chosen, reproduce))
                         progress.advance(task)
-                    if len(where) > 1 and placement == where[0]:
-                        distinct = placements.distinct(where, asked)
+                    if len(where) > 1 and placement == where[0] and group:  # (nothing ran:
+                        distinct = placements.distinct(where, asked)  # no sign of one path)
                         if distinct == where[:1]:  # the op's code never asked: one path
                             for r in group:
                                 r.placement = "any"
