@@ -71,10 +71,12 @@ def check(args: argparse.Namespace) -> int:
     except FrameworkMissing as err:
         print(f"batchproof: error: {err}", file=sys.stderr)
         return HARNESS
-    reproduce = reproduce_of(args.reproduce)
     custom = args.impl is not None and ":" in args.impl
     if custom and not args.adapter:
         import_target(args.impl)  # one line and exit 3 when it cannot be imported
+    if getattr(args, "liveness", False):
+        return _liveness(adapters, args)
+    reproduce = reproduce_of(args.reproduce)
     reports = []
     for chosen in adapters:
         report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
@@ -94,3 +96,14 @@ def check(args: argparse.Namespace) -> int:
     if hint:
         console.print(hint, markup=False, highlight=False, soft_wrap=True)
     return code
+
+
+def _liveness(adapters: list, args: argparse.Namespace) -> int:
+    """`--liveness`: can every output field each adapter compares fail
+    (`batchproof.adapters.liveness`)? Exit 0 when all can, 3 otherwise."""
+    from batchproof.adapters.liveness import CONFIRM_EXAMPLES, run_liveness
+
+    if args.check or args.reproduce or args.json:
+        raise UsageError("--liveness runs its own equivalence checks: give no --check, "
+                         "--reproduce or --json with it")
+    return run_liveness(adapters, confirm_examples=args.max_examples or CONFIRM_EXAMPLES)
