@@ -81,8 +81,8 @@ def test_liveness_on_the_installed_framework(name: str) -> None:
     if matrix and adapter.framework != matrix:
         pytest.skip(f"the framework matrix runs {adapter.framework}'s adapters in its own venv")
     if not _installed(adapter):
-        pytest.skip(f"{adapter.distribution} (a version it fits, with {adapter.needs or 'no'} "
-                    "extra needs) is not installed")
+        needs = f" with {', '.join(adapter.needs)}" if adapter.needs else ""
+        pytest.skip(f"{adapter.distribution}{adapter.versions}{needs} is not installed")
     try:
         function = adapter.load()
     except FrameworkMissing as err:
@@ -142,6 +142,25 @@ def test_an_output_no_check_looks_at_is_not_live() -> None:
     assert "never looked at" in "\n".join(result.lines())
     live = check_liveness(adapter, stand_in.function)
     assert live.live and live.seen_by, "\n".join(live.lines())
+
+
+def test_a_check_that_passes_everything_leaves_fields_unconfirmed(monkeypatch) -> None:
+    """The sweep sees the field differ; a check that cannot fail (planted: `check_adapter`
+    passing whatever it is given) does not name it: UNCONFIRMED, not live."""
+    from batchproof.adapters import runner
+    from batchproof.statuses import Outcome
+
+    def passes(adapter, candidate, checks, **options):
+        outcome = runner.CheckOutcome(adapter.name, adapter.record, checks[0], Outcome.PASS,
+                                      examples=1)
+        return runner.AdapterReport(adapter.name, adapter.record, adapter.target, "-",
+                                    [outcome], [], 0)
+
+    monkeypatch.setattr(runner, "check_adapter", passes)
+    result = check_liveness(adapters.get_adapter("verl.karmarkar_karp"),
+                            STAND_INS["verl.karmarkar_karp"].function)
+    assert not result.live and not result.dead and list(result.unconfirmed) == [""]
+    assert "the output: UNCONFIRMED" in "\n".join(result.lines())
 
 
 def test_no_input_reaching_the_framework_is_batchproofs_error() -> None:

@@ -585,12 +585,11 @@ class Liveness:
     inputs: int  # valid inputs the sweep ran on
     fields: list[str]  # the compared fields
     leaves: list[Leaf]  # of the framework's return value
-    hits: dict[str, list[Corruption]] = field(default_factory=dict)  # field -> corruptions
+    hits: dict[str, Corruption] = field(default_factory=dict)  # field -> the first that hit it
     where: dict[str, list[Case]] = field(default_factory=dict)  # field -> inputs it differed on
     confirmed: dict[str, str] = field(default_factory=dict)  # field -> the check's detail
     unconfirmed: dict[str, str] = field(default_factory=dict)  # field -> what the check said
-    seen_by: dict[str, str] = field(default_factory=dict)  # equivalence skipped: check -> detail
-    notes: list[str] = field(default_factory=list)
+    seen_by: dict[str, str] = field(default_factory=dict)  # no field compared: check -> detail
 
     @property
     def dead(self) -> list[str]:
@@ -611,9 +610,9 @@ class Liveness:
         for name in self.fields:
             label = repr(name) if name else "the output"
             if name in self.confirmed:
-                lines.append(f"  {label}: live ({self.hits[name][0]}; the check named it)")
+                lines.append(f"  {label}: live ({self.hits[name]}; the check named it)")
             elif name in self.unconfirmed:
-                lines.append(f"  {label}: UNCONFIRMED: hit by {self.hits[name][0]}, but the "
+                lines.append(f"  {label}: UNCONFIRMED: hit by {self.hits[name]}, but the "
                              f"check said: {self.unconfirmed[name]}")
             else:
                 lines.append(f"  {label}: DEAD: no corruption of the framework's return value "
@@ -621,12 +620,12 @@ class Liveness:
                              "constant?)")
         if not self.fields:
             if self.seen_by:
-                lines += [f"  equivalence skipped; a corruption fails {check}"
-                          for check in self.seen_by]
+                lines += [f"  no field compared (equivalence skipped); a corruption fails "
+                          f"{check}" for check in self.seen_by]
             else:
-                lines.append("  equivalence skipped, and no corruption fails another check: "
-                             "the output is never looked at")
-        return lines + [f"  note: {note}" for note in self.notes]
+                lines.append("  no field compared (equivalence skipped), and no corruption "
+                             "fails another check: the output is never looked at")
+        return lines
 
 
 def check_liveness(adapter: Adapter, function: Callable[..., Any] | None = None, *,
@@ -663,10 +662,14 @@ def _liveness(adapter: Adapter, function: Callable[..., Any], draws: int, pins: 
     info = adapter_view(adapter)  # on its first input form only: the conversion is one
     info = dataclasses.replace(info, forms=dict(list(info.forms.items())[:1]))
     cases = liveness_inputs(adapter, info, candidate, draws=draws, pins=pins)
-    if not cases or not probe.leaves:
-        raise LivenessError(f"{adapter.name}: no valid input reached {adapter.target} "
-                            f"({len(cases)} input(s) in its domain agreed with the contract): "
-                            "its liveness cannot be judged")
+    if not cases:
+        raise LivenessError(f"{adapter.name}: no valid input reached {adapter.target} (none in "
+                            "its domain, free of known divergences, agreeing with the "
+                            "contract): its liveness cannot be judged")
+    if not probe.leaves:
+        raise LivenessError(f"{adapter.name}: {adapter.target} returned nothing to corrupt "
+                            "(no tensor, array, number or list of numbers) on "
+                            f"{len(cases)} input(s): its liveness cannot be judged")
     fields = _compared(adapter, cases)
     leaves = [Leaf(path, kind) for path, kind in probe.leaves.items()]
     result = Liveness(adapter.name, adapter.target, len(cases),
@@ -677,7 +680,7 @@ def _liveness(adapter: Adapter, function: Callable[..., Any], draws: int, pins: 
         hit = _sweep(adapter, info, function, corruption, cases, set(fields),
                      hidden=set(result.hits))
         for name, where in hit.items():
-            result.hits[name] = [corruption]
+            result.hits[name] = corruption
             result.where[name] = where
     if result.fields:
         _confirm(adapter, function, result, confirm_examples)
@@ -740,11 +743,11 @@ def _confirm(adapter: Adapter, function: Callable[..., Any], result: Liveness,
 
     reference = registry.get(adapter.record).reference
     for name in result.fields:
-        corruptions = result.hits.get(name)
-        if not corruptions:
+        corruption = result.hits.get(name)
+        if corruption is None:
             continue
         others = set(result.fields) - {name}
-        candidate = only_showing(adapter.guarded(corrupted(function, corruptions[0])),
+        candidate = only_showing(adapter.guarded(corrupted(function, corruption)),
                                  reference, others)
         on_those = _on(adapter, result.where[name])
         report = check_adapter(on_those, candidate, checks=["equivalence"],
