@@ -9,6 +9,9 @@ Exit status (`batchproof.statuses.exit_status`, the policy `verify` shares): 0 n
 divergence, 1 a new one, 2 a usage error, 3 the target could not be imported or a check could
 not be carried out (batchproof's own failure).
 
+`--liveness` runs, instead of the checks, `batchproof.adapters.liveness` on the selected adapters:
+whether every output each one compares can fail (exit 0, or 3 naming a field that cannot).
+
 `batchproof verify --impl module:function` comes here too: one function of a record's contract
 is checked the same way through either door (the identity adapter, the same report, replay line
 and exit status).
@@ -71,12 +74,12 @@ def check(args: argparse.Namespace) -> int:
     except FrameworkMissing as err:
         print(f"batchproof: error: {err}", file=sys.stderr)
         return HARNESS
+    reproduce = reproduce_of(args.reproduce)
     custom = args.impl is not None and ":" in args.impl
     if custom and not args.adapter:
         import_target(args.impl)  # one line and exit 3 when it cannot be imported
     if getattr(args, "liveness", False):
         return _liveness(adapters, args)
-    reproduce = reproduce_of(args.reproduce)
     reports = []
     for chosen in adapters:
         report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
