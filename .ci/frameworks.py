@@ -8,10 +8,10 @@ For each release in `.ci/frameworks.toml` (verl 0.9.1, TRL 1.16.0, SkyRL 0.3.0 a
 transformers 5.23.0 and 5.24.0, OpenRLHF 0.11.2, Megatron-Core 0.16.1):
 
 1. its venv: kept between runs under --venvs (default `$BATCHPROOF_FRAMEWORK_VENVS`, else
-   `~/.cache/batchproof/frameworks`), rebuilt only when its stamp changes (the release's entry,
-   the Python version, the torch pin, the requirements of batchproof's wheel); a rebuild is
-   torch==2.13.0, batchproof's wheel with `[test,models]` under a constraints file holding the
-   torch pin, then the release's own install steps;
+   `~/.cache/batchproof/frameworks`), rebuilt only when its stamp changes (the release's entry
+   but its test files, the Python version, the torch pin, the requirements of batchproof's
+   wheel); a rebuild is torch==2.13.0, batchproof's wheel with `[test,models]` under a
+   constraints file holding the torch pin, then the release's own install steps;
 2. batchproof's wheel of this run installed into it (`--no-deps --force-reinstall`);
 3. its adapter tests (`python -m pytest tests/test_adapters*.py`, the files the entry names);
 4. `batchproof check --impl FRAMEWORK --profile ci --max-examples N --strict`, from a folder
@@ -129,7 +129,10 @@ def wheel_requirements(wheel: Path) -> list[str]:
 
 
 def stamp_of(release: Release, wheel: Path) -> str:
-    text = json.dumps({"release": release.__dict__, "python": sys.version.split()[0],
+    """What a venv is built from: the release's entry but its `tests` (a test file added to
+    the matrix rebuilds nothing), the Python version, the torch pin, the wheel's requirements."""
+    built_from = {key: value for key, value in release.__dict__.items() if key != "tests"}
+    text = json.dumps({"release": built_from, "python": sys.version.split()[0],
                        "torch": TORCH, "extras": EXTRAS,
                        "requires": wheel_requirements(wheel)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -212,8 +215,11 @@ def check_release(release: Release, venv: Path, wheel: Path, max_examples: int, 
     if installed.stdout.strip() != release.version:
         outcome.problems.append(f"{release.distribution} {installed.stdout.strip() or '?'} "
                                 f"installed, not {release.version}")
+    # the liveness test runs the adapters of this release's framework only (transformers, a
+    # dependency of batchproof[models], is in every venv: its own releases run its adapters)
     tests = sh("python -m pytest -q -p no:cacheprovider -p no:randomly "
-               + " ".join(shlex.quote(t) for t in release.tests), venv, REPO, outcome, single)
+               + " ".join(shlex.quote(t) for t in release.tests), venv, REPO, outcome,
+               {**single, "BATCHPROOF_MATRIX_IMPL": release.impl})
     outcome.tests_exit = tests.returncode
     outcome.tests = _pytest_summary(tests.stdout)
     if tests.returncode != 0:

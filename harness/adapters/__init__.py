@@ -181,6 +181,10 @@ class Adapter:
     invalid: st.SearchStrategy[BadCase] | None = None  # default: the record's
     known: tuple[KnownDivergence, ...] = ()
     not_provided: tuple[str, ...] = ()  # contract outputs it does not produce (not compared)
+    # the only contract outputs that come from the framework, where that is the shorter list
+    # (None: every output but `not_provided`); the others are not compared. The wrapper still
+    # returns them (the reference's), for the properties that read them
+    compared: tuple[str, ...] | None = None
     skip: Mapping[str, str] = field(default_factory=dict)  # check name -> why it does not apply
     versions: str = ""  # the distribution's versions it fits (a PEP 440 specifier; "" = any)
     # a context manager the target is imported inside (an import step the framework needs on

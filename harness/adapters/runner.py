@@ -170,6 +170,7 @@ class AdapterReport:
     misfit: str = ""  # why the adapter does not fit this version of the framework
     forms: list[str] = field(default_factory=list)  # the input forms the target was given
     not_provided: list[str] = field(default_factory=list)  # outputs not compared
+    compared: list[str] | None = None  # the only outputs compared (None: all but not_provided)
     framework: str = ""  # the adapter's framework ("custom": a function of the contract)
     scope: Scope = field(default_factory=Scope)  # what the check was scoped to
 
@@ -213,18 +214,25 @@ def _invalid_for(adapter: Adapter, info: OpInfo):
     return blocks.one_defect(info.invalid)
 
 
+def adapter_view(adapter: Adapter) -> OpInfo:
+    """The record as the adapter meets it: its input forms, its compared outputs, its
+    properties (strategies and pins the record's)."""
+    info = registry.get(adapter.record)
+    forms = dict(info.forms) if adapter.forms is None else {
+        name: form for name, form in info.forms.items() if name in adapter.forms}
+    compare = _compare_provided(info.compare, adapter.not_provided, adapter.compared)
+    properties = [p for p in info.properties if f"property:{p.name}" not in adapter.skip]
+    first = next(iter(info.forms))  # the list form, which properties and pins draw
+    as_called = None if first in forms else next(iter(forms.values()))
+    return dataclasses.replace(info, forms=forms, compare=compare, properties=properties,
+                               targets=None, as_called=as_called)
+
+
 def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) -> OpInfo:
     """The adapter's record: its domain, forms and outputs, with known-divergence inputs set
     aside (counted and confirmed in `tally`)."""
     info = registry.get(adapter.record)
-    forms = dict(info.forms) if adapter.forms is None else {
-        name: form for name, form in info.forms.items() if name in adapter.forms}
-    compare = _compare_provided(info.compare, adapter.not_provided)
-    properties = [p for p in info.properties if f"property:{p.name}" not in adapter.skip]
-    first = next(iter(info.forms))  # the list form, which properties and pins draw
-    as_called = None if first in forms else next(iter(forms.values()))
-    plain = dataclasses.replace(info, forms=forms, compare=compare, properties=properties,
-                                targets=None, as_called=as_called)
+    plain = adapter_view(adapter)
 
     def keep(case: Case | BadCase) -> bool:
         call = adapter.call_of(case)
@@ -270,18 +278,23 @@ def _in_scope(adapter: Adapter):
     return lambda case: adapter.in_domain(adapter.call_of(case))
 
 
-def _compare_provided(compare, not_provided: tuple[str, ...]):
+def _compare_provided(compare, not_provided: tuple[str, ...],
+                      compared: tuple[str, ...] | None = None):
     """The record's comparator, blind to the outputs the target does not provide (on both
-    sides: a target that does produce one is not faulted for it)."""
-    if not not_provided:
+    sides: a target that does produce one is not faulted for it): `not_provided`, and every
+    output but `compared` when that is given."""
+    if not not_provided and compared is None:
         return compare
 
+    def provided(td):
+        if not isinstance(td, TensorDictBase):
+            return td
+        td = td.exclude(*not_provided)
+        return td if compared is None else td.exclude(
+            *[key for key in td.keys() if key not in compared])
+
     def compare_provided(expected, actual, **kwargs):
-        if isinstance(expected, TensorDictBase):
-            expected = expected.exclude(*not_provided)
-        if isinstance(actual, TensorDictBase):
-            actual = actual.exclude(*not_provided)
-        compare(expected, actual, **kwargs)
+        compare(provided(expected), provided(actual), **kwargs)
 
     return compare_provided
 
@@ -453,6 +466,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     return AdapterReport(adapter.name, adapter.record, adapter.target, adapter.version(),
                          outcomes, known, tally.unsupported, forms=list(info.forms),
                          not_provided=list(adapter.not_provided), framework=adapter.framework,
+                         compared=None if adapter.compared is None else list(adapter.compared),
                          scope=adapter.scope)
 
 
@@ -798,6 +812,8 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
     say(f"scope: input forms {', '.join(report.forms)}"
         + (f"; outputs not compared: {', '.join(report.not_provided)}"
            if report.not_provided else "")
+        + (f"; outputs compared: {', '.join(report.compared)} only"
+           if report.compared is not None else "")
         + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
     table = Table(title=f"checks — profile={profile}; examples = inputs run against the target")
     for column in ("check", "result", "examples", "time", "detail"):

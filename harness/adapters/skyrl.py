@@ -53,6 +53,10 @@ from batchproof.reference._checks import check_pad_token_id
 from batchproof.registry import BadCase, Case
 
 PER_TOKEN = ("rewards", "loss_masks", "logprobs")
+# contract outputs SkyRL does not return: position_ids (its model wrapper derives them), and
+# the layout and pad_token_id, which are the caller's own arguments (an adapter that copied
+# them into the output would compare them with themselves: docs/frameworks.md, "Liveness")
+NOT_PRODUCED = ("position_ids", "layout", "pad_token_id")
 PREPROCESS = "skyrl.train.dataset.preprocess"
 
 
@@ -137,9 +141,7 @@ def rl_batch_adapter(convert: Callable[..., Any]) -> Callable[..., TensorDict]:
         if logprobs is not None:
             td["rollout_logprobs"] = out_logprobs
         td.set_non_tensor("max_response_length", action.shape[1])
-        td.set_non_tensor("layout", "left")
-        td.set_non_tensor("pad_token_id", pad_token_id)
-        return td
+        return td  # layout and pad_token_id are the caller's: not produced (NOT_PRODUCED)
 
     return build_rl_batch
 
@@ -455,7 +457,7 @@ RL_BATCH = register_adapter(Adapter(
     invalid=bad_rl_batch_cases(valid=rl_batch_cases(
         layouts=("left",), rewards=("none", "per_token"))).map(as_left_layout),
     known=RL_BATCH_KNOWN,
-    not_provided=("position_ids",),
+    not_provided=NOT_PRODUCED,
     skip={
         "property:positions": "SkyRL's function returns no position_ids",
         "property:shapes_and_dtypes": "expects position_ids among the keys; equivalence checks "
@@ -495,9 +497,7 @@ def rl_batch_adapter_0_4(convert: Callable[..., Any]) -> Callable[..., TensorDic
         if out_logprobs is not None:  # `if logprobs:` in SkyRL: an empty list gives None
             td["rollout_logprobs"] = out_logprobs
         td.set_non_tensor("max_response_length", response_mask.shape[1])
-        td.set_non_tensor("layout", "left")
-        td.set_non_tensor("pad_token_id", pad_token_id)
-        return td
+        return td  # layout and pad_token_id are the caller's: not produced (NOT_PRODUCED)
 
     return build_rl_batch
 
@@ -785,6 +785,6 @@ RL_BATCH_0_4 = register_adapter(Adapter(
     invalid=st.one_of(bad_rl_batch_cases(valid=_INVALID_BASE_0_4).map(as_left_layout),
                       value_bad_cases(valid=_INVALID_BASE_0_4)),
     known=RL_BATCH_0_4_KNOWN,
-    not_provided=("position_ids",),
+    not_provided=NOT_PRODUCED,
     skip={"property:layouts_agree": "SkyRL has no two_segment layout"},
 ))

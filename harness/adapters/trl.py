@@ -425,9 +425,7 @@ def grpo_pad_adapter(pad: Callable[..., Any]) -> Callable[..., TensorDict]:
         if rollout_logprobs is not None:
             td["rollout_logprobs"] = rollout_logprobs
         td.set_non_tensor("max_response_length", completion_ids.shape[1])
-        td.set_non_tensor("layout", layout)
-        td.set_non_tensor("pad_token_id", pad_token_id)
-        return td
+        return td  # layout and pad_token_id are the caller's: not produced
 
     return build_rl_batch
 
@@ -654,7 +652,9 @@ GRPO_PAD = register_adapter(Adapter(
     # input_ids float32 (`first_row_empty_makes_ids_float`) and would hide the defect under test
     invalid=bad_rl_batch_cases(valid=GRPO_VALID).filter(lambda bad: not first_row_empty(bad.case)),
     known=GRPO_KNOWN,
-    not_provided=("position_ids",),
+    # position_ids: GRPO derives them in the model; layout and pad_token_id are the caller's
+    # own arguments (docs/frameworks.md, "Liveness")
+    not_provided=("position_ids", "layout", "pad_token_id"),
     skip={
         "property:positions": "GRPO passes no position_ids (the model derives them)",
         "property:shapes_and_dtypes": "expects position_ids among the keys; equivalence checks "

@@ -317,6 +317,7 @@ POSITION_IDS = register_adapter(Adapter(
     doc="verl's position ids (clip(cumsum(mask) - 1, 0)) against the contract's, both layouts",
     forms=None,
     supports=valid_input,
+    compared=("position_ids",),  # every other output is the reference's
     skip={"errors": "only position_ids come from verl; validation is the reference's"},
 ))
 
@@ -586,6 +587,7 @@ LEFT_RIGHT_2_NO_PADDING = register_adapter(Adapter(
         "re-wrapped on int64 (values and row lengths are verl's)",
     forms=None,
     supports=verl_can_nest,
+    compared=VERL_NESTED,  # every other output is the reference's
     invalid=bad_verl_batches(),
     known=NO_PADDING_KNOWN,
     skip={"property:shared_offsets":

@@ -19,6 +19,9 @@ divergence *not met* (no input matched it) never fails a run, strict or not: it 
 and the report says so. The JSON report holds `strict` and the summary's counts (`summary`:
 new, errors, not_tested, known, not_reproduced, targets).
 
+`--liveness` runs, instead of the checks, `batchproof.adapters.liveness` on the selected adapters:
+whether every output each one compares can fail (exit 0, or 3 naming a field that cannot).
+
 `batchproof verify --impl module:function` comes here too: one function of a record's contract
 is checked the same way through either door (the identity adapter, the same report, replay line
 and exit status).
@@ -86,6 +89,8 @@ def check(args: argparse.Namespace) -> int:
     custom = args.impl is not None and ":" in args.impl
     if custom and not args.adapter:
         import_target(args.impl)  # one line and exit 3 when it cannot be imported
+    if getattr(args, "liveness", False):
+        return _liveness(adapters, args)
     reports = []
     for chosen in adapters:
         report = run_adapter(chosen, scope, seed=args.seed, reproduce=reproduce,
@@ -107,3 +112,14 @@ def check(args: argparse.Namespace) -> int:
     if hint:
         console.print(hint, markup=False, highlight=False, soft_wrap=True)
     return code
+
+
+def _liveness(adapters: list, args: argparse.Namespace) -> int:
+    """`--liveness`: can every output field each adapter compares fail
+    (`batchproof.adapters.liveness`)? Exit 0 when all can, 3 otherwise."""
+    from batchproof.adapters.liveness import CONFIRM_EXAMPLES, run_liveness
+
+    if args.check or args.reproduce or args.json:
+        raise UsageError("--liveness runs its own equivalence checks: give no --check, "
+                         "--reproduce or --json with it")
+    return run_liveness(adapters, confirm_examples=args.max_examples or CONFIRM_EXAMPLES)

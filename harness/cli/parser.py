@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only this check; repeatable")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="make the checked inputs on this device (default cpu)")
+    p.add_argument("--liveness", action="store_true",
+                   help="instead of the checks: corrupt the framework's own return value, "
+                        "leaf by leaf, and show that every output field the adapter compares "
+                        "can fail (exit 3 naming a field that cannot; docs/frameworks.md, "
+                        "'Liveness')")
     _scope_options(p)
     _search_options(p)
     p.add_argument("--strict", action="store_true", help=STRICT_HELP)
