@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 
 import pytest
@@ -97,3 +98,70 @@ def test_the_github_database_asks_for_its_artifact_by_name(tmp_path, monkeypatch
     assert list(db.fetch(b"key")) == [b"saved"]
     assert asked == ["https://api.github.com/repos/octo/repo/actions/artifacts"
                      "?name=hypothesis-db&per_page=100", "https://api.github.com/zip/1"]
+
+
+# --------------------------------------------------------------------------- the same draws
+
+DRAWS = '''
+import importlib, json, sys
+from hypothesis import given, settings
+from batchproof import registry
+from batchproof.checks import run_check
+from batchproof.reference.balance import karmarkar_karp
+
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+info = registry.get("balance.karmarkar_karp")
+search = settings(max_examples=40, derandomize=True, database=None, deadline=None)
+seen = {"derandomized": [], "seeded": [], "errors": [], "hypothesis alone": []}
+
+
+def recording(into):
+    def candidate(values, k, *, equal_size=False):
+        seen[into].append(repr((values, k, equal_size)))
+        return karmarkar_karp(values, k, equal_size=equal_size)
+    return candidate
+
+
+run_check(info, "equivalence", recording("derandomized"), settings=search)
+run_check(info, "equivalence", recording("seeded"), settings=settings(search, derandomize=False),
+          seed=7)
+run_check(info, "errors", recording("errors"), settings=search)
+search(given(info.valid)(lambda case: seen["hypothesis alone"].append(repr(case.args))))()
+print(json.dumps(seen))
+'''
+
+# a module of the user's own (a local file, not site-packages) full of literals
+PLANTED = (f"INTEGERS = {list(range(-3, 300, 7))}\n"
+           f"FLOATS = {[i / 8 for i in range(-9, 400, 3)]}\n"
+           "WORDS = ['left', 'right', 'pad']\n")
+
+
+def _draws(tmp_path, *imports: list[str]) -> list[dict[str, list[str]]]:
+    """For each list of modules: the inputs drawn by derandomized and seeded checks (and by the
+    same search run by Hypothesis alone) in a fresh process that imported those modules first
+    (the processes run side by side)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "planted_literals.py").write_text(PLANTED)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    runs = [subprocess.Popen([sys.executable, "-c", DRAWS, *modules], env=env, text=True,
+                             stdout=subprocess.PIPE) for modules in imports]
+    outputs = [run.communicate()[0] for run in runs]
+    assert [run.returncode for run in runs] == [0] * len(runs)
+    return [json.loads(output) for output in outputs]
+
+
+def test_a_derandomized_check_draws_the_same_whatever_the_process_loaded(tmp_path) -> None:
+    """Hypothesis now and then draws a literal of a local module the process has imported:
+    batchproof's derandomized and seeded checks draw the same inputs whatever was imported
+    before them (profiles.draws_independent_of_loaded_modules)."""
+    bare, loaded = _draws(tmp_path, [], ["planted_literals", "batchproof.adapters.verl_mcore",
+                                         "batchproof.mutation.zoo"])
+    # the planted twin: the same search with Hypothesis alone draws otherwise once the
+    # literals are loaded (were this not so, the comparisons below could not fail)
+    assert bare["hypothesis alone"] != loaded["hypothesis alone"]
+    for run in ("derandomized", "seeded", "errors"):
+        assert len(bare[run]) >= 20, (run, bare[run])
+        assert bare[run] == loaded[run], run
