@@ -1,6 +1,6 @@
 # batchproof — set-up and the main jobs. Every target creates the environment if it is missing.
 #   make verify      set up, then `batchproof verify` on the built-in implementation (impl/)
-#   make test        set up, then `pytest -n auto`
+#   make test        set up, then `pytest -n auto` in a shuffled order (TEST_SEED=N replays one)
 #   make zoo         set up, then the bug zoo's kill matrix (`batchproof mutate --zoo`)
 #   make bench       set up, then `batchproof bench`
 #   make downstream  set up, then the downstream example against batchproof's built wheel
@@ -28,8 +28,18 @@ $(STAMP): pyproject.toml
 verify: setup
 	$(BIN)/batchproof verify
 
+# The suite runs in a shuffled order (pytest-randomly), a new one each run: TEST_SEED=N replays
+# the order of the run that printed N (docs/harness.md, "The test suite's order").
+ifeq ($(origin TEST_SEED), undefined)
+TEST_SEED := $(shell $(PYTHON) -c 'import random; print(random.getrandbits(32))')
+endif
+
 test: setup
-	$(BIN)/python -m pytest -n auto
+	@echo "make test: shuffled order, seed $(TEST_SEED) (replay: make test TEST_SEED=$(TEST_SEED))"
+	@$(BIN)/python -m pytest -n auto -p randomly --randomly-seed=$(TEST_SEED) || { status=$$?; \
+	  echo "make test failed in the order of seed $(TEST_SEED): replay with make test" \
+	       "TEST_SEED=$(TEST_SEED), or in one process with $(BIN)/python -m pytest -p no:xdist" \
+	       "-p randomly --randomly-seed=$(TEST_SEED)"; exit $$status; }
 
 zoo: setup
 	$(BIN)/batchproof mutate --zoo

@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import re
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ from hypothesis.internal.reflection import function_digest
 from tensordict import TensorDictBase
 
 from batchproof.compare import Mismatch, assert_identical
+from batchproof.profiles import draws_independent_of_loaded_modules
 from batchproof.registry import BadCase, Candidate, Case, OpInfo, Pin, tensors_on
 
 
@@ -210,6 +212,8 @@ def _search(info: OpInfo, check: str, candidate: Candidate | None, device: str,
             try:
                 prop.verify(case, output, again)
             except OutsideScope:
+                if not currently_in_test_context():  # a failure's case tried again, after
+                    raise                            # the search (`_drop_irrelevant_kwargs`)
                 hypothesis.reject()
 
         return body, info.valid, _valid_pins(info)
@@ -299,8 +303,10 @@ def _run_given(info, wrapped, body, *, settings, stats, seed, reproduce, admits)
         version, blob = reproduce
         wrapped = hypothesis.reproduce_failure(
             version, blob.encode() if isinstance(blob, str) else blob)(wrapped)
+    fixed = seed is not None or (settings or hypothesis.settings()).derandomize
     try:
-        wrapped()
+        with draws_independent_of_loaded_modules() if fixed else nullcontext():
+            wrapped()
     except DidNotReproduce:  # a replayed failure that passes now: fixed
         stats.notes.append("the replayed failure no longer reproduces: it passes now")
     except Exception as failure:

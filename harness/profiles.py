@@ -28,6 +28,8 @@ run, and a failure prints its blob to replay. `mutation` never reads one. See do
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -39,6 +41,7 @@ from hypothesis.database import (
     MultiplexedDatabase,
     ReadOnlyDatabase,
 )
+from hypothesis.internal.conjecture import providers
 
 SHARED_DATABASE = "BATCHPROOF_SHARED_DATABASE"
 LOCAL_DATABASE = Path(".hypothesis") / "examples"  # Hypothesis' own default place
@@ -136,3 +139,33 @@ def load(name: str | None = None) -> str:
     register()
     settings.load_profile(name)
     return name
+
+
+@contextmanager
+def draws_independent_of_loaded_modules() -> Iterator[None]:
+    """Within it, a derandomized or seeded Hypothesis run draws the same inputs in any process.
+
+    Hypothesis draws now and then (about one integer, float or string in twenty) a constant
+    it found in the source of the *local* modules the process has imported so far: every module
+    in `sys.modules` outside the standard library and site-packages (and not a test file). Which
+    modules those are depends on what ran before in the process (a lazily imported adapter, a
+    module a test wrote to a temporary folder, an editable install rather than a wheel), so a
+    derandomized run's inputs, and with them its verdict, depended on the order of a test
+    suite. Within this context that pool is empty (Hypothesis' own global constants remain),
+    and the cache of permitted constants is cleared on the way in and out so that no pool
+    leaks across. Without the Hypothesis internals this relies on (older or newer Hypothesis),
+    it changes nothing; tests/test_profiles.py fails then."""
+    if not hasattr(providers, "_get_local_constants") or \
+            not hasattr(providers, "CONSTANTS_CACHE"):
+        yield
+        return
+    from hypothesis.internal.constants_ast import Constants
+
+    mined = providers._get_local_constants
+    providers._get_local_constants = lambda: Constants()
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = mined
+        providers.CONSTANTS_CACHE.cache.clear()

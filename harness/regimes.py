@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDictBase
 
 from batchproof import registry
+from batchproof.profiles import draws_independent_of_loaded_modules
 from batchproof.registry import Case
 
 Regime = Callable[[Any], bool]
@@ -314,7 +315,8 @@ def coverage(record: str, examples: int | None = None,
 
     search = settings(max_examples=budget, derandomize=True, database=None, deadline=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    search(given(strategy if strategy is not None else info.valid)(count))()
+    with draws_independent_of_loaded_modules():
+        search(given(strategy if strategy is not None else info.valid)(count))()
     return counts
 
 

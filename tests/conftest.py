@@ -8,6 +8,8 @@ import pytest
 import torch
 from hypothesis import settings
 
+from batchproof.profiles import draws_independent_of_loaded_modules
+
 
 @pytest.fixture
 def cli_state(monkeypatch):
@@ -18,3 +20,12 @@ def cli_state(monkeypatch):
     yield
     settings.load_profile(profile)
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _same_draws_in_any_order():
+    """A test's own derandomized `@given` draws what it draws whatever ran before it in the
+    process (docs/harness.md, "The same draws in any process"): the harness does this for its
+    checks, a test that builds its own search gets it here."""
+    with draws_independent_of_loaded_modules():
+        yield

@@ -48,7 +48,10 @@ def _ask_all(adapter: Adapter, case: Case | BadCase) -> None:
 
 def _strategies(adapter: Adapter) -> list[st.SearchStrategy]:
     info = registry.get(adapter.record)
-    found = [adapter.valid or info.valid, adapter.invalid or info.invalid,
+    # the adapter's own strategies where it has them (`is None`: a strategy's truth value is
+    # not its presence, and Hypothesis warns when asked for it)
+    found = [info.valid if adapter.valid is None else adapter.valid,
+             info.invalid if adapter.invalid is None else adapter.invalid,
              info.valid, info.invalid]
     unique: list[st.SearchStrategy] = []
     for strategy in found:

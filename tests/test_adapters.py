@@ -715,7 +715,11 @@ def test_verl_without_strided_output_divergence_fails_shrunk(verl_padding) -> No
 
 
 def _isolated_registry(monkeypatch) -> None:
-    """Adapters registered by a test vanish with it."""
+    """Adapters registered by a test vanish with it. batchproof's own adapter modules are
+    imported first: one imported for the first time into the test's copy of the registry would
+    register there, vanish with it, and never register again (it is imported only once), and
+    every later test of the process would miss its adapters."""
+    adapters.all_adapters()
     monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))
     monkeypatch.setattr(adapters, "_LOADED_ENTRY_POINTS", set(adapters._LOADED_ENTRY_POINTS))
     monkeypatch.setattr(adapters, "LOAD_PROBLEMS", [])
@@ -758,6 +762,25 @@ def test_an_adapter_file_registers_adapters(tmp_path, monkeypatch) -> None:
         adapters.load_adapter_file(str(tmp_path / "empty.py"))
     with pytest.raises(ValueError, match="no such file"):
         adapters.load_adapter_file(str(tmp_path / "missing.py"))
+
+
+def test_an_isolated_registry_keeps_the_adapters_it_first_imports() -> None:
+    """In a fresh process, the entry-point test (the first to list the adapters, in its own
+    copy of the registry) and then a test of an adapter it imported: that adapter is still
+    registered (it was not, under `-n 2`, when the copy got the first import)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = "tests/test_adapters.py::"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:randomly", "-p", "no:xdist", "-p",
+         "no:cacheprovider", "-q",
+         f"{here}test_an_installed_package_contributes_adapters_by_entry_point",
+         f"{here}test_an_adapter_whose_needs_are_missing_is_left_out_with_a_note"],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "2 passed" in done.stdout, done.stdout[-3000:]
 
 
 def test_a_framework_version_picks_its_adapters(monkeypatch) -> None:

@@ -528,6 +528,26 @@ def test_a_property_search_calls_the_candidate_again_within_the_scope() -> None:
     assert calls == []
 
 
+def test_a_search_with_every_input_outside_the_scope_warns_nothing() -> None:
+    """Unsatisfiable, and no Hypothesis warning: the property, tried again on the last input
+    after the search (`_drop_irrelevant_kwargs`), raises `OutsideScope` there instead of calling
+    `reject()` outside a test (deprecated)."""
+    import warnings
+
+    def calls_again(case, output, candidate):
+        candidate(case.args[0], case.args[1])
+
+    info = _with([_property(calls_again, metamorphic=True)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(hypothesis_errors.Unsatisfiable):
+            checks.run_check(info, "property:calls_again", karmarkar_karp,
+                             settings=settings(FEW, phases=[Phase.generate]),
+                             in_scope=lambda case: False)
+    assert [str(w.message) for w in caught
+            if issubclass(w.category, hypothesis_errors.HypothesisWarning)] == []
+
+
 def test_the_errors_check_of_a_record_without_invalid_inputs_is_a_usage_error() -> None:
     import dataclasses
 

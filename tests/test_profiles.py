@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import zipfile
 
 import pytest
@@ -97,3 +98,98 @@ def test_the_github_database_asks_for_its_artifact_by_name(tmp_path, monkeypatch
     assert list(db.fetch(b"key")) == [b"saved"]
     assert asked == ["https://api.github.com/repos/octo/repo/actions/artifacts"
                      "?name=hypothesis-db&per_page=100", "https://api.github.com/zip/1"]
+
+
+# --------------------------------------------------------------------------- the same draws
+
+DRAWS = '''
+import importlib, json, sys
+from hypothesis import settings
+from batchproof import registry
+from batchproof.checks import run_check
+from batchproof.reference.balance import karmarkar_karp
+
+if sys.argv[1] == "twin":  # the planted twin: the harness without its fixed pool
+    import contextlib
+
+    import batchproof.checks
+    batchproof.checks.draws_independent_of_loaded_modules = contextlib.nullcontext
+for module in sys.argv[2:]:
+    importlib.import_module(module)
+info = registry.get("balance.karmarkar_karp")
+search = settings(max_examples=40, derandomize=True, database=None, deadline=None)
+seen = {"derandomized": [], "seeded": [], "errors": []}
+
+
+def recording(into):
+    def candidate(values, k, *, equal_size=False):
+        seen[into].append(repr((values, k, equal_size)))
+        return karmarkar_karp(values, k, equal_size=equal_size)
+    return candidate
+
+
+run_check(info, "equivalence", recording("derandomized"), settings=search)
+run_check(info, "equivalence", recording("seeded"), settings=settings(search, derandomize=False),
+          seed=7)
+run_check(info, "errors", recording("errors"), settings=search)
+print(json.dumps(seen))
+'''
+
+# a module of the user's own (a local file, not site-packages) full of literals
+PLANTED = (f"INTEGERS = {list(range(-3, 300, 7))}\n"
+           f"FLOATS = {[i / 8 for i in range(-9, 400, 3)]}\n"
+           "WORDS = ['left', 'right', 'pad']\n")
+
+
+def _draws(tmp_path, *runs: list[str]) -> list[dict[str, list[str]]]:
+    """For each run (`fixed` or `twin`, then modules): the inputs drawn by derandomized and seeded
+    checks in a fresh process that imported those modules first (the processes run side by
+    side)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "planted_literals.py").write_text(PLANTED)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    started = [subprocess.Popen([sys.executable, "-c", DRAWS, *run], env=env, text=True,
+                                stdout=subprocess.PIPE) for run in runs]
+    outputs = [process.communicate()[0] for process in started]
+    assert [process.returncode for process in started] == [0] * len(started)
+    return [json.loads(output) for output in outputs]
+
+
+LOADED = ["planted_literals", "batchproof.adapters.verl_mcore", "batchproof.mutation.zoo"]
+
+
+def test_a_derandomized_check_draws_the_same_whatever_the_process_loaded(tmp_path) -> None:
+    """Hypothesis now and then draws a literal of a local module the process has imported:
+    batchproof's derandomized and seeded checks draw the same inputs whatever was imported
+    before them (profiles.draws_independent_of_loaded_modules)."""
+    bare, loaded, twin_bare, twin_loaded = _draws(
+        tmp_path, ["fixed"], ["fixed", *LOADED], ["twin"], ["twin", *LOADED])
+    runs = ("derandomized", "seeded", "errors")
+    for run in runs:
+        assert len(bare[run]) >= 30, (run, bare[run])
+        assert bare[run] == loaded[run], run
+    # the planted twin, the same checks without the fixed pool, draws otherwise once the modules
+    # are loaded (were it not so, the comparisons above could not fail). A literal is drawn by
+    # chance, not in every run: that each fixed search runs without the pool is tested below.
+    assert any(twin_bare[run] != twin_loaded[run] for run in runs)
+
+
+def test_a_derandomized_or_seeded_check_never_reads_the_local_literals(monkeypatch) -> None:
+    """The harness holds Hypothesis' pool of local literals empty in every derandomized or
+    seeded search (run_check); a random search reads it (the control)."""
+    from hypothesis.internal.conjecture import providers
+
+    from batchproof.reference.balance import karmarkar_karp
+
+    reads: list[str] = []
+    pool = providers._get_local_constants
+    monkeypatch.setattr(providers, "_get_local_constants", lambda: reads.append("read") or pool())
+    info = registry.get("balance.karmarkar_karp")
+    few = settings(max_examples=30, database=None, deadline=None, phases=[Phase.generate])
+    for search, seed in ((settings(few, derandomize=True), None), (few, 7)):
+        run_check(info, "equivalence", karmarkar_karp, settings=search, seed=seed)
+        assert reads == [], (search, seed)
+    run_check(info, "equivalence", karmarkar_karp, settings=few)  # random: Hypothesis' own way
+    assert reads

@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, settings
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof import registry
+from batchproof.profiles import draws_independent_of_loaded_modules
 from batchproof.registry import BadCase, Case, OpInfo
 
 SCOPE_FLAGS = ("--forms", "--skip", "--not-provided", "--layout", "--output-name")
@@ -236,7 +237,8 @@ def output_keys(info: OpInfo, draws: int = 40) -> set[str]:
             collect(pin.case)
     search = settings(max_examples=draws, derandomize=True, database=None, deadline=None,
                       phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    search(given(info.valid)(collect))()
+    with draws_independent_of_loaded_modules():
+        search(given(info.valid)(collect))()
     return keys
 
 
