@@ -72,7 +72,6 @@ def pack_varlen(
     _check_start(position_ids_start)
     device = _output_device(device, prompts, responses)
     prompts, responses = _samples(prompts, responses)
-    route_spec, support_spec = _check_replay(routed_experts, sample_support, prompts, responses)
 
     input_ids, position_ids, cu_seqlens = [], [], [0]
     predict_index, target_index, sample_index = [], [], []
@@ -108,7 +107,8 @@ def pack_varlen(
             "sample_index": torch.tensor(sample_index, dtype=torch.int64),
         },
         batch_size=[],
-    ).to(device)
+    ).to(device)  # (a token id beyond int64 raises here, before the router-replay checks)
+    route_spec, support_spec = _check_replay(routed_experts, sample_support, prompts, responses)
     if route_spec is not None:
         routes, mask = _packed_routes(routed_experts, prompts, responses, total, route_spec)
         out["routed_experts"] = routes.to(device)

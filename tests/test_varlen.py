@@ -988,6 +988,28 @@ def _pack_samples_first(prompts, responses, **kwargs):
     return ref.pack_varlen(prompts, responses, **kwargs)
 
 
+def _support_before_routes(prompts, responses, **kwargs):
+    """pack_varlen checking sample_support's structure before routed_experts' (the reference
+    checks the routes first)."""
+    from batchproof.reference import _routes
+    from batchproof.reference import varlen as ref
+
+    rows = ref._samples(prompts, responses)
+    _routes.check_sample_support(kwargs.get("sample_support"), [len(r) for r in rows[1]])
+    return ref.pack_varlen(prompts, responses, **kwargs)
+
+
+def _router_mask_first(routed_experts, indices, batch, seqlen, **kwargs):
+    """repad_routes checking router_padding_mask before the routes and the indices."""
+    from batchproof.reference import _routes
+    from batchproof.reference import varlen as ref
+
+    mask = kwargs.get("router_padding_mask")
+    if mask is not None and isinstance(routed_experts, torch.Tensor) and routed_experts.dim():
+        _routes.check_router_padding_mask(mask, routed_experts.shape[0])
+    return ref.repad_routes(routed_experts, indices, batch, seqlen, **kwargs)
+
+
 def _start_first(position_ids, **kwargs):
     """packed_segments checking position_ids_start before the positions' type."""
     from batchproof.reference import varlen as ref
@@ -1053,6 +1075,8 @@ def _samples_first(model, prompts, responses, **kwargs):
     ("varlen.unpack_response_logprobs", "bad_unpack_cases", _width_first),
     ("varlen.unpad", "bad_unpad_cases", _mask_first),
     ("varlen.repad", "bad_repad_cases", _indices_first),
+    ("varlen.pack_varlen", "bad_pack_cases", _support_before_routes),
+    ("varlen.repad_routes", "bad_repad_route_cases", _router_mask_first),
     ("varlen.response_logprobs", "bad_logprob_cases", _samples_first),
 ], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
 def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
