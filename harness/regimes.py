@@ -290,6 +290,18 @@ def _required_multiple() -> dict[str, Regime]:
             "dp_above_1": lambda c: isinstance(c.arg("dp_size"), int) and c.arg("dp_size") > 1}
 
 
+def _pad_for_cp() -> dict[str, Regime]:
+    """cp.pad_for_cp's router replay: routes per token, some marked uncaptured, uint8 ones."""
+    def routes(call):
+        value = call.arg("routed_experts")
+        return value if isinstance(value, torch.Tensor) else None
+
+    return {"routed_experts": lambda c: routes(c) is not None,
+            "router_padding_mask": lambda c: isinstance(c.arg("router_padding_mask"),
+                                                        torch.Tensor),
+            "routes_uint8": lambda c: routes(c) is not None and routes(c).dtype == torch.uint8}
+
+
 REGIMES: dict[str, dict[str, Regime]] = {}
 _BUILDERS = {
     "rl_batch.build_rl_batch": _rl_batch,
@@ -300,6 +312,7 @@ _BUILDERS = {
     "balance.karmarkar_karp": _karmarkar_karp,
     "trainer.pad_to_multiple": _pad_to_multiple,
     "trainer.required_multiple": _required_multiple,
+    "cp.pad_for_cp": _pad_for_cp,
 }
 
 

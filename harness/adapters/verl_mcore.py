@@ -51,7 +51,13 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
-from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
+from batchproof.adapters import (
+    Adapter,
+    Call,
+    KnownDivergence,
+    register_adapter,
+    without_replay,
+)
 from batchproof.adapters.megatron import (
     RankOfGroup,
     default_group,
@@ -293,7 +299,7 @@ CP_PACKED_SEQS = register_adapter(Adapter(
     doc="verl's Megatron-core CP slicing (zigzag, every per-token field, zeros at pads) against "
         "shard; token_index from verl's slicing of the real tokens' indices",
     forms=None,
-    supports=padded_as_verl_pads(("zigzag",)),
+    supports=without_replay(padded_as_verl_pads(("zigzag",))),  # routes: not adapted
     valid=verl_padded_cases(),
     known=KNOWN,
     not_provided=NOT_COMPARED,
@@ -314,7 +320,7 @@ THD_ENGINE = register_adapter(Adapter(
         "field, zeros at pads) against shard; token_index from verl's slicing of the real "
         "tokens' indices",
     forms=None,
-    supports=padded_as_verl_pads(("zigzag", "contiguous")),
+    supports=without_replay(padded_as_verl_pads(("zigzag", "contiguous"))),
     valid=verl_padded_cases(("zigzag", "contiguous")),
     known=THD_KNOWN,
     not_provided=(*NOT_COMPARED, "cu_seqlens_padded"),
