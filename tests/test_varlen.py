@@ -1088,3 +1088,32 @@ def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
     from batchproof.ops import varlen as records
 
     assert_first_error_decides(name, getattr(records, bad)(), candidate)
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def _padded_routes_round_trip(repad_routes) -> tuple[torch.Tensor, torch.Tensor]:
+    """A left-padded (2, 4) batch's routes (uint8, one real token uncaptured) through `unpad`
+    (like any x) and back through `repad_routes`."""
+    routes = torch.tensor([[[[9, 9]], [[3, 1]], [[2, 5]], [[4, 0]]],
+                           [[[9, 9]], [[9, 9]], [[6, 2]], [[1, 7]]]], dtype=torch.uint8)
+    attention = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]])
+    uncaptured = torch.tensor([[False, False, False, True], [False, False, False, False]])
+    values, indices, _, _ = impl.unpad(routes, attention)
+    flags, _, _, _ = impl.unpad(uncaptured, attention)
+    out = repad_routes(values, indices, 2, 4, router_padding_mask=flags)
+    return out["routed_experts"], out["router_padding_mask"]
+
+
+def test_routes_unpad_like_any_x_and_repad_with_the_dummy_route() -> None:
+    """unpad takes routes (B, S, layers, topk) like any x (dtype kept); repad_routes puts them
+    back with the dummy route [0, 1] at the pads and at the uncaptured token, never zeros or
+    the pads' old values; with the zero-filling zoo entry the pads come back [0, 0]."""
+    routes, mask = _padded_routes_round_trip(impl.repad_routes)
+    assert routes.dtype == torch.uint8
+    assert routes[..., 0, :].tolist() == [[[0, 1], [3, 1], [2, 5], [0, 1]],
+                                          [[0, 1], [0, 1], [6, 2], [1, 7]]]
+    assert mask.tolist() == [[True, False, False, True], [True, True, False, False]]
+    zeros, _ = _padded_routes_round_trip(zoo._repad_routes_with_zeros)
+    assert zeros[0, 0, 0].tolist() == [0, 0]
