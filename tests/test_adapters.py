@@ -809,7 +809,7 @@ def test_verl_mcore_adapter_registers_without_verl_and_names_its_needs() -> None
 
     code = ("import sys; sys.modules['verl'] = None; sys.modules['megatron'] = None\n"
             "import batchproof.adapters.verl_mcore as m\n"
-            "for a in (m.CP_PACKED_SEQS, m.THD_ENGINE):\n"
+            "for a in (m.CP_PACKED_SEQS, m.THD_ENGINE, m.ROUTER_REPLAY_DATA):\n"
             "    assert (a.record, a.distribution, a.needs) == ('cp.shard', 'verl', "
             "('megatron-core',))\n")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -885,6 +885,53 @@ def test_verl_mcore_sliced_as_the_mirror_rank_fails(verl_mcore, name: str) -> No
     adapter = adapters.get_adapter(name)
     wrap = adapter.wrap
     adapter = dataclasses.replace(adapter, wrap=lambda preprocess: wrap(mirrored(preprocess)))
+    report = check_adapter(adapter, checks=["equivalence"], max_examples=30,
+                           replay_database=False, derandomize=True)
+    assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
+
+
+def test_verl_router_replay_has_known_divergences_only(verl_mcore) -> None:
+    """verl's router-replay hand-over (`set_router_replay_data` into Megatron's routers)
+    against shard's routes: equivalence and the pins in its domain, no new divergence; its
+    zero routes at the CP pads (verl #7524) confirmed; the route pin is run."""
+    from batchproof import registry
+
+    checks = [c for c in registry.get("cp.shard").check_names()
+              if c == "equivalence" or c.startswith("pin:")]
+    report = _run("verl.router_replay_data", checks, examples=40)
+    assert not report.new, [(o.check, o.detail, o.minimal) for o in report.new]
+    assert not report.unexplained and not report.errors
+    statuses = {o.check: o.status for o in report.outcomes}
+    assert statuses["equivalence"] == "pass", statuses
+    met = {k["name"]: k["status"] for k in report.known}
+    assert met["padding_routes_are_zeros"] == "confirmed", report.known
+
+
+def test_verl_router_replay_without_its_known_divergence_fails(verl_mcore) -> None:
+    report = _run("verl.router_replay_data", ["equivalence"], without=("padding_routes_are_zeros",))
+    assert report.new and "routed_experts" in report.new[0].detail, report.outcomes
+
+
+def test_verl_router_replay_of_the_mirror_rank_fails(verl_mcore) -> None:
+    """The check can fail on the routes: verl's hand-over run with the CP rank read as
+    cp - 1 - r (each rank replaying its mirror rank's routes) must diverge."""
+    from megatron.core import parallel_state as mpu
+
+    from batchproof.adapters.megatron import RankOfGroup
+
+    def mirrored(set_data):
+        def planted(*args, **kwargs):
+            group = mpu._CONTEXT_PARALLEL_GROUP
+            mpu._CONTEXT_PARALLEL_GROUP = RankOfGroup(group.size(), group.size() - 1 - group.rank())
+            try:
+                return set_data(*args, **kwargs)
+            finally:
+                mpu._CONTEXT_PARALLEL_GROUP = group
+        return planted
+
+    adapter = adapters.get_adapter("verl.router_replay_data")
+    wrap = adapter.wrap
+    adapter = dataclasses.replace(adapter, wrap=lambda set_data: wrap(mirrored(set_data)))
     report = check_adapter(adapter, checks=["equivalence"], max_examples=30,
                            replay_database=False, derandomize=True)
     assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
