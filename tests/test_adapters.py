@@ -970,3 +970,39 @@ def test_verl_thd_engine_positions_are_the_contracts_at_every_real_token(verl_mc
 
     positions_agree()
     assert seen["real"] > 100 and seen["pad_differs"] > 0, seen
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def test_adapters_of_functions_without_routes_leave_replayed_calls_out() -> None:
+    """`without_replay`: the pack_varlen adapters (transformers, TRL) and the CP adapters (verl,
+    SkyRL) keep every call they had, and no call carrying routes — a routed_experts /
+    sample_support / router_padding_mask argument, or a padded row with a routes field — valid
+    or invalid; the predicate they wrap, alone, would have taken the replayed pack_varlen call."""
+    import torch
+
+    from batchproof.adapters import replays
+    from batchproof.adapters.huggingface import needs_no_tail_pad
+    from batchproof.reference import cp as cp_reference
+
+    plain = Case(([[1, 2], [3]], [[4], [5]]), {})
+    routed = plain.replace(routed_experts=[torch.zeros((3, 1, 2), dtype=torch.uint8),
+                                           torch.zeros((2, 1, 2), dtype=torch.uint8)])
+    bad = BadCase(plain.replace(sample_support=[None, None]), ValueError, "None entries")
+    row = cp_reference.pad_for_cp([1, 2, 3], [0, 3], cp_size=2,
+                                  routed_experts=torch.zeros((3, 1, 2), dtype=torch.uint8))
+    padded = Case((row,), {"cp_size": 2})
+    unrouted = Case((row.exclude("routed_experts", "router_padding_mask"),), {"cp_size": 2})
+    collator = adapters.get_adapter("transformers.flattening_collator")
+    call = collator.call_of
+    assert [replays(call(c)) for c in (plain, routed, bad)] == [False, True, True]
+    assert collator.in_domain(call(plain)) and needs_no_tail_pad(call(routed))
+    assert not collator.in_domain(call(routed)) and not collator.in_domain(call(bad))
+    for name in ("trl.padding_free", "trl.padding_free_packed"):
+        trl = adapters.get_adapter(name)
+        assert trl.in_domain(trl.call_of(plain)) and not trl.in_domain(trl.call_of(routed))
+    for name in ("verl.cp_packed_seqs", "verl.cp_thd_engine", "skyrl.cp_packed_indices"):
+        shard = adapters.get_adapter(name)
+        assert replays(shard.call_of(padded)) and not replays(shard.call_of(unrouted))
+        assert not shard.in_domain(shard.call_of(padded)), name
