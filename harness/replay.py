@@ -67,12 +67,12 @@ def entries_of(values: Any) -> list:
 @st.composite
 def route_entries(draw, token_counts: Sequence[int], *,
                   dtypes: Sequence[torch.dtype] = ROUTE_DTYPES,
-                  arrays: Sequence[str] = ("torch", "numpy")) -> list:
+                  arrays: Sequence[str] = ("torch", "numpy"), min_captured: int = 0) -> list:
     """Per sample `[c_i, layers, topk]` routes, c_i from 0 to the sample's tokens (all of them,
     all but the last sampled token, none, or any count between), one dtype for the batch, each
     entry a torch tensor or a NumPy array (`arrays`; a NumPy array may be read-only, as decoded
     wire routes are). Every (token, layer) holds `topk` distinct ids out of the drawn expert
-    count, as a real router's top-k does."""
+    count, as a real router's top-k does. `min_captured`: c_i at least this (or n_i)."""
     dtype = draw(st.sampled_from(dtypes))
     layers = draw(st.integers(1, MAX_LAYERS))
     topk = draw(st.integers(1, MAX_TOPK))
@@ -80,7 +80,9 @@ def route_entries(draw, token_counts: Sequence[int], *,
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
     entries = []
     for n in token_counts:
-        captured = draw(st.sampled_from(sorted({n, max(n - 1, 0), 0})) | st.integers(0, n))
+        low = min(min_captured, n)
+        captured = draw(st.sampled_from(sorted({n, max(n - 1, low), low}))
+                        | st.integers(low, n))
         scores = torch.rand((captured, layers, experts), generator=generator)
         routes = scores.argsort(dim=-1)[..., :topk].to(dtype)
         entries.append(_as_array(draw, routes, arrays))
@@ -149,6 +151,23 @@ def route_defect(draw, routes: list, token_counts: Sequence[int]) -> tuple[Any, 
     """(bad routed_experts, the exception the contract raises, why) from valid `routes`."""
     kind = draw(st.sampled_from(ROUTE_DEFECTS))
     entries = [as_tensor(e) for e in routes]
+    bad, raises, why = _route_defect(draw, kind, entries, token_counts)
+    return _like(bad, routes), raises, why
+
+
+def _like(bad: Any, valid: list) -> Any:
+    """`bad` in the array kind of the valid entries: NumPy arrays where they were NumPy (a
+    framework that takes only NumPy sees its own kind), tensors otherwise."""
+    if not isinstance(valid[0], np.ndarray):
+        return bad
+    if isinstance(bad, torch.Tensor):
+        return bad.numpy().copy()
+    if isinstance(bad, list):
+        return [e.numpy().copy() if isinstance(e, torch.Tensor) else e for e in bad]
+    return bad
+
+
+def _route_defect(draw, kind: str, entries: list, token_counts) -> tuple[Any, type, str]:
     batch, i = len(entries), draw(st.integers(0, len(entries) - 1))
     layers, topk = entries[0].shape[1:]
     dtype = entries[0].dtype
@@ -196,6 +215,11 @@ def support_defect(draw, support: list, response_lengths: Sequence[int]) -> tupl
     """(bad sample_support, the exception the contract raises, why) from valid `support`."""
     kind = draw(st.sampled_from(SUPPORT_DEFECTS))
     entries = [as_tensor(e) for e in support]
+    bad, raises, why = _support_defect(draw, kind, entries, response_lengths)
+    return _like(bad, support), raises, why
+
+
+def _support_defect(draw, kind: str, entries: list, response_lengths) -> tuple[Any, type, str]:
     batch, i = len(entries), draw(st.integers(0, len(entries) - 1))
     top_k, dtype = entries[0].shape[1], entries[0].dtype
     if kind == "count":

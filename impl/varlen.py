@@ -302,9 +302,7 @@ class _Replay:
         if self.routes is not None:
             total = out["input_ids"].shape[1]
             lengths = samples.prompt_lengths + samples.response_lengths
-            offsets = _exclusive_cumsum(lengths.to(self.captured.device))
-            slots = _ramps(self.captured, offsets - _exclusive_cumsum(self.captured),
-                           self.routes.shape[0])
+            slots = _route_slots(self.captured, _exclusive_cumsum(lengths), self.routes.shape[0])
             routes = _dummy_routes(total, self.routes)
             routes.index_copy_(0, slots, self.routes)
             mask = torch.ones(total, dtype=torch.bool, device=routes.device)
@@ -313,6 +311,16 @@ class _Replay:
             out["router_padding_mask"] = mask.unsqueeze(0)
         if self.support is not None:
             out["sample_support"] = self.support
+
+
+def _route_slots(captured: torch.Tensor, offsets: torch.Tensor, count: int) -> torch.Tensor:
+    """The packed slot of each of the `count` captured routes, sample after sample: route j of
+    sample k at offsets[k] + j (one pass per output, the size known on the host: no read)."""
+    device = captured.device
+    owner = torch.repeat_interleave(torch.arange(captured.shape[0], device=device), captured,
+                                    output_size=count)
+    within = torch.arange(count, device=device) - _exclusive_cumsum(captured)[owner]
+    return offsets[owner] + within
 
 
 def _entries(values):
