@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 
@@ -111,6 +112,8 @@ def _first_difference(expected: Any, actual: Any, path: str, allow_device: bool)
         return _diff_tensordict(expected, actual, path, allow_device)
     if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
         return _diff_tensor(expected, actual, path, allow_device)
+    if isinstance(expected, np.ndarray) or isinstance(actual, np.ndarray):
+        return _diff_array(expected, actual, path)
     if isinstance(expected, (list, tuple)) and isinstance(actual, (list, tuple)):
         if type(expected) is not type(actual) or len(expected) != len(actual):
             return path, f"expected {_kind(expected)} of {len(expected)}, got "\
@@ -131,6 +134,19 @@ def _first_difference(expected: Any, actual: Any, path: str, allow_device: bool)
     if type(expected) is not type(actual) or expected != actual:
         return path, f"expected {expected!r} ({_kind(expected)}), got {actual!r} "\
             f"({_kind(actual)})", [], {}
+    return None
+
+
+def _diff_array(expected: Any, actual: Any, path: str):
+    """NumPy arrays (per-sample inputs such as router-replay routes): the same type, dtype,
+    shape and bytes."""
+    if not (isinstance(expected, np.ndarray) and isinstance(actual, np.ndarray)):
+        return path, f"expected {_kind(expected)}, got {_kind(actual)}", [], {}
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        return path, (f"expected a NumPy array {expected.shape} {expected.dtype}, got "
+                      f"{actual.shape} {actual.dtype}"), [], {}
+    if expected.tobytes() != actual.tobytes():
+        return path, "NumPy array values differ", [], {}
     return None
 
 

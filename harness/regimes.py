@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -143,7 +144,31 @@ def _pack_varlen() -> dict[str, Regime]:
             "tail_pad_longer_than_every_sample": lambda c: (tail(c) or 0) > longest(c),
             "pad_to_multiple_absent": lambda c: "pad_to_multiple" not in c.kwargs,
             "pad_token_id_nonzero": lambda c: c.arg("pad_token_id") not in (0, None),
-            "empty_response": lambda c: any(r == 0 for _, r in _pairs(c))}
+            "empty_response": lambda c: any(r == 0 for _, r in _pairs(c)),
+            **replay_regimes(lambda c: [p + r for p, r in _pairs(c)])}
+
+
+def _route_entries(call) -> list:
+    routes = call.arg("routed_experts")
+    if isinstance(routes, torch.Tensor) and routes.is_nested:
+        return list(routes.unbind())
+    return list(routes) if isinstance(routes, (list, tuple)) else []
+
+
+def replay_regimes(tokens: Callable[[Any], list[int]]) -> dict[str, Regime]:
+    """The router-replay inputs a record draws (`batchproof.replay`): routes given, captured
+    for part of a sample's tokens (the rest gets the dummy route), in the narrowest dtype, and
+    sample support; `tokens(call)` is each sample's token count."""
+    def partly_captured(call) -> bool:
+        counts = tokens(call)
+        return any(entry.shape[0] < n for entry, n in zip(_route_entries(call), counts)
+                   if entry is not None)
+
+    return {"routed_experts": lambda c: c.arg("routed_experts") is not None,
+            "routes_partly_captured": partly_captured,
+            "routes_uint8": lambda c: any(getattr(e, "dtype", None) in (torch.uint8, np.uint8)
+                                          for e in _route_entries(c)[:1]),
+            "sample_support": lambda c: c.arg("sample_support") is not None}
 
 
 def _loss_total(call) -> float | None:
@@ -266,6 +291,18 @@ def _required_multiple() -> dict[str, Regime]:
             "dp_above_1": lambda c: isinstance(c.arg("dp_size"), int) and c.arg("dp_size") > 1}
 
 
+def _pad_for_cp() -> dict[str, Regime]:
+    """cp.pad_for_cp's router replay: routes per token, some marked uncaptured, uint8 ones."""
+    def routes(call):
+        value = call.arg("routed_experts")
+        return value if isinstance(value, torch.Tensor) else None
+
+    return {"routed_experts": lambda c: routes(c) is not None,
+            "router_padding_mask": lambda c: isinstance(c.arg("router_padding_mask"),
+                                                        torch.Tensor),
+            "routes_uint8": lambda c: routes(c) is not None and routes(c).dtype == torch.uint8}
+
+
 REGIMES: dict[str, dict[str, Regime]] = {}
 _BUILDERS = {
     "rl_batch.build_rl_batch": _rl_batch,
@@ -276,6 +313,7 @@ _BUILDERS = {
     "balance.karmarkar_karp": _karmarkar_karp,
     "trainer.pad_to_multiple": _pad_to_multiple,
     "trainer.required_multiple": _required_multiple,
+    "cp.pad_for_cp": _pad_for_cp,
 }
 
 

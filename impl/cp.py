@@ -24,6 +24,11 @@ from batchproof.impl import kernels
 from batchproof.impl._cpu import small_int_rows
 from batchproof.impl._sync import Verdicts, documented, host_put
 from batchproof.reference._checks import check_token_id
+from batchproof.reference._routes import (
+    check_router_padding_mask,
+    check_token_route_values,
+    check_token_routes,
+)
 from batchproof.reference.cp import (  # the contract's argument checks, shared with the oracle
     BOUNDARIES,
     _bshd_fields,
@@ -178,19 +183,63 @@ def shift_labels(input_ids, cu_seqlens, *, cu_seqlens_padded=None, loss_mask=Non
     return TensorDict({"labels": labels, "loss_mask": loss}, batch_size=[], device=device)
 
 
+def _row_routes(routed_experts, router_padding_mask, length: int, device: torch.device,
+                verdicts: Verdicts):
+    """(routes (T, layers, topk), mask (T,) or None) on `device`, or (None, None) without
+    routes: the reference's checks in its order, the routes' values queued as a verdict."""
+    if routed_experts is None:
+        if router_padding_mask is not None:
+            raise ValueError("router_padding_mask is given without routed_experts: it marks the "
+                             "tokens that have no captured route")
+        return None, None
+    spec = check_token_routes(routed_experts, length, row_form=True)
+    routes = host_put(routed_experts, device=device).reshape(length, spec.layers, spec.topk)
+    verdicts.add((routes < 0).any(), lambda: _negative_route(routed_experts))
+    if router_padding_mask is None:
+        return routes, None
+    check_router_padding_mask(router_padding_mask, length, row_form=True)
+    return routes, host_put(router_padding_mask, device=device).reshape(length)
+
+
+def _negative_route(routed_experts) -> ValueError:
+    """The reference's error for a negative expert id (an error path: reads the device)."""
+    try:
+        check_token_route_values(routed_experts)
+    except ValueError as err:
+        return err
+    raise AssertionError("a negative expert id was found, but not by the reference's check")
+
+
+def _padded_routes(routes, unrouted, real, source) -> tuple[torch.Tensor, torch.Tensor]:
+    """(routes (1, Tp, layers, topk), router_padding_mask (1, Tp)): each real token's route
+    at its stream position, the dummy route 0..topk-1 (mask True) at every pad and at every
+    token `unrouted` marks."""
+    total = real.shape[0]
+    captured = real if unrouted is None else real & ~unrouted[source]
+    layers, topk = routes.shape[1:]
+    dummy = torch.arange(topk, dtype=routes.dtype, device=routes.device).expand(layers, topk)
+    taken = routes.index_select(0, source) if total else routes[:0]
+    padded = torch.where(captured[:, None, None], taken, dummy)
+    return padded.reshape(1, total, layers, topk), (~captured).reshape(1, total)
+
+
 def pad_for_cp(input_ids, cu_seqlens, *, cp_size, loss_mask=None, pad_token_id=0,
-               ignore_index=-100, device=None) -> TensorDict:
-    """Every sequence of the packed row padded to a multiple of 2·cp (docs/cp.md)."""
+               ignore_index=-100, device=None, routed_experts=None,
+               router_padding_mask=None) -> TensorDict:
+    """Every sequence of the packed row padded to a multiple of 2·cp (docs/cp.md); with
+    `routed_experts` the routes too, the dummy route at every pad (reference.cp.pad_for_cp)."""
     check_cp_size(cp_size)
     check_token_id(pad_token_id, "pad_token_id")
     check_token_id(ignore_index, "ignore_index")
-    device = _output_device(device, input_ids, cu_seqlens, loss_mask)
+    device = _output_device(device, input_ids, cu_seqlens, loss_mask, routed_experts)
     with Verdicts() as verdicts:
         tokens = _tokens(input_ids, "input_ids", device)
         length = tokens.shape[0]
         cu = _boundaries(cu_seqlens, "cu_seqlens", device, verdicts)
         _ends_at(cu, "cu_seqlens", "input_ids", length, verdicts)
         weights = _loss_weights(loss_mask, "loss_mask", length, device)
+        routes, unrouted = _row_routes(routed_experts, router_padding_mask, length, device,
+                                       verdicts)
         lengths = cu.diff()
         step = multiple(cp_size)
         spans = (lengths + step - 1) // step * step
@@ -216,6 +265,9 @@ def pad_for_cp(input_ids, cu_seqlens, *, cp_size, loss_mask=None, pad_token_id=0
         "cu_seqlens": cu.to(torch.int32),
         "cu_seqlens_padded": padded.to(torch.int32),
     }, batch_size=[], device=device)
+    if routes is not None:
+        out["routed_experts"], out["router_padding_mask"] = _padded_routes(
+            routes, unrouted, real, source)
     out.set_non_tensor("max_seqlen", longest)
     out.set_non_tensor("max_seqlen_padded", longest_span)
     out.set_non_tensor("cp_size", cp_size)

@@ -37,6 +37,15 @@ from batchproof.impl._paths import took
 from batchproof.impl._sync import callers_code, documented, host_put, host_read
 from batchproof.impl.kernels import varlen as varlen_kernel
 from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference._routes import (
+    check_route_values,
+    check_router_padding_mask,
+    check_routes,
+    check_sample_support,
+    check_support_values,
+    check_token_route_values,
+    check_token_routes,
+)
 from batchproof.reference.varlen import (  # the contract's argument checks, shared with the oracle
     _check_int,
     _check_logprob_options,
@@ -173,10 +182,13 @@ def _check_token_dtype(dtype: torch.dtype, name: str) -> None:
 
 
 def pack_varlen(
-    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None
+    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None,
+    routed_experts=None, sample_support=None,
 ) -> TensorDict:
     """Concatenate every sample's prompt + response into one row (see the module docstring);
-    positions count from `position_ids_start` in every sample and in the tail pad."""
+    positions count from `position_ids_start` in every sample and in the tail pad. With
+    `routed_experts` / `sample_support` (router replay): the packed routes, the router padding
+    mask and the support rows too (reference.varlen.pack_varlen)."""
     check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
     _check_start(position_ids_start)
@@ -185,9 +197,13 @@ def pack_varlen(
     if written is not None:  # CPU fast path: the tokens are already in place
         took("cpu:varlen._write_lists")
         samples, input_ids = written
-        return _pack(samples, pad_to_multiple, pad_token_id, input_ids, position_ids_start)
-    samples = _samples(prompts, responses, device)
-    return _pack(samples, pad_to_multiple, pad_token_id, position_ids_start=position_ids_start)
+    else:
+        samples, input_ids = _samples(prompts, responses, device), None
+    replay = _Replay.of(routed_experts, sample_support, samples, device)
+    out = _pack(samples, pad_to_multiple, pad_token_id, input_ids, position_ids_start)
+    if replay is not None:
+        replay.write(out, samples)
+    return out
 
 
 def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
@@ -238,6 +254,106 @@ def _pack(samples: _Samples, pad_to_multiple: int, pad_token_id: int,
     )
     out.set_non_tensor("max_seqlen", max(int(host_lengths.max()), pad))
     return out
+
+
+@dataclass(frozen=True)
+class _Replay:
+    """The router-replay inputs of `pack_varlen`, validated like the reference and flattened
+    onto the work device: every captured route back to back (and how many per sample), every
+    support row back to back."""
+
+    routes: torch.Tensor | None  # (sum c, layers, topk) in the routes' dtype
+    captured: torch.Tensor | None  # (B,) int64: c_k
+    support: torch.Tensor | None  # (sum r, top_k) in the support's dtype
+
+    @classmethod
+    def of(cls, routed_experts, sample_support, samples: _Samples, device) -> _Replay | None:
+        """None without either input; the reference's checks in its order (structures first,
+        then the values, read together in one documented transfer)."""
+        if routed_experts is None and sample_support is None:
+            return None
+        routed_experts = _entries(routed_experts)
+        sample_support = _entries(sample_support)
+        tokens = (samples.host_prompt_lengths + samples.host_response_lengths).tolist()
+        route_spec = check_routes(routed_experts, tokens)
+        support_spec = check_sample_support(sample_support,
+                                            samples.host_response_lengths.tolist())
+        routes = captured = support = None
+        verdicts = []
+        if route_spec is not None:
+            routes = _stacked(routed_experts, (route_spec.layers, route_spec.topk),
+                              route_spec.dtype, device)
+            captured = torch.tensor([entry.shape[0] for entry in routed_experts],
+                                    dtype=torch.int64)
+            verdicts.append((routes < 0).any())
+        if support_spec is not None:
+            support = _stacked(sample_support, (support_spec.top_k,), support_spec.dtype, device)
+            verdicts.append(_bad_support(support))
+        bad = host_read(torch.stack(verdicts))  # the validation verdicts: one read
+        with documented():  # the error path: the reference's checks name the sample
+            if route_spec is not None and bad[0]:
+                check_route_values(routed_experts)
+            if support_spec is not None and bad[-1]:
+                check_support_values(sample_support)
+        return cls(routes, None if captured is None else host_put(captured, device=device),
+                   support)
+
+    def write(self, out: TensorDict, samples: _Samples) -> None:
+        """The packed routes and router padding mask (captured route j of sample k at the
+        slot of its token j, the dummy route elsewhere) and the support rows, into `out`."""
+        if self.routes is not None:
+            total = out["input_ids"].shape[1]
+            lengths = samples.prompt_lengths + samples.response_lengths
+            slots = _route_slots(self.captured, _exclusive_cumsum(lengths), self.routes.shape[0])
+            routes = _dummy_routes(total, self.routes)
+            routes.index_copy_(0, slots, self.routes)
+            mask = torch.ones(total, dtype=torch.bool, device=routes.device)
+            mask.index_fill_(0, slots, False)
+            out["routed_experts"] = routes.unsqueeze(0)
+            out["router_padding_mask"] = mask.unsqueeze(0)
+        if self.support is not None:
+            out["sample_support"] = self.support
+
+
+def _route_slots(captured: torch.Tensor, offsets: torch.Tensor, count: int) -> torch.Tensor:
+    """The packed slot of each of the `count` captured routes, sample after sample: route j of
+    sample k at offsets[k] + j (one pass per output, the size known on the host: no read)."""
+    device = captured.device
+    owner = torch.repeat_interleave(torch.arange(captured.shape[0], device=device), captured,
+                                    output_size=count)
+    within = torch.arange(count, device=device) - _exclusive_cumsum(captured)[owner]
+    return offsets[owner] + within
+
+
+def _entries(values):
+    """A jagged tensor's rows (a documented read of its offsets), anything else as given (the
+    reference's checks say what is wrong with it)."""
+    if isinstance(values, torch.Tensor) and values.is_nested:
+        return rows_of(values)
+    return values
+
+
+def _stacked(entries, trailing: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    """Per-sample arrays (tensors or NumPy arrays, validated) back to back on `device`."""
+    parts = [host_put(np.require(entry, requirements=["C", "W"]) if isinstance(entry, np.ndarray)
+                      else entry, device=device) for entry in entries]
+    if not parts:
+        return torch.empty((0, *trailing), dtype=dtype, device=device)
+    return torch.cat(parts)
+
+
+def _bad_support(support: torch.Tensor) -> torch.Tensor:
+    """Whether a support row holds an id below -1 or an id after its -1 padding."""
+    after_padding = (support[:, :-1] == -1) & (support[:, 1:] != -1)
+    return (support < -1).any() | after_padding.any()
+
+
+def _dummy_routes(tokens: int, like: torch.Tensor) -> torch.Tensor:
+    """(tokens, layers, topk) holding the dummy route 0..topk-1 on every layer, in `like`'s
+    dtype and device."""
+    layers, topk = like.shape[1:]
+    ramp = torch.arange(topk, dtype=like.dtype, device=like.device)
+    return ramp.expand(tokens, layers, topk).clone()
 
 
 def _padded_size(real: int, pad_to_multiple: int) -> int:
@@ -546,9 +662,9 @@ def repad(values, indices, batch, seqlen) -> torch.Tensor:
     return out.reshape(batch, seqlen, *values.shape[1:])
 
 
-def _check_repad_args(values, indices, batch, seqlen) -> None:
+def _check_repad_args(values, indices, batch, seqlen, name="values") -> None:
     if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a tensor, got {type(values).__name__}")
+        raise TypeError(f"{name} must be a tensor, got {type(values).__name__}")
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"indices must be a tensor, got {type(indices).__name__}")
     if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
@@ -558,9 +674,9 @@ def _check_repad_args(values, indices, batch, seqlen) -> None:
     if batch < 0 or seqlen < 0:
         raise ValueError(f"batch and seqlen must be >= 0, got {batch} and {seqlen}")
     if values.dim() < 1:
-        raise ValueError("values must have a first (token) dimension, got a 0-d tensor")
+        raise ValueError(f"{name} must have a first (token) dimension, got a 0-d tensor")
     if indices.dim() != 1 or indices.shape[0] != values.shape[0]:
-        raise ValueError(f"indices must be 1-D with one entry per row of values "
+        raise ValueError(f"indices must be 1-D with one entry per row of {name} "
                          f"({values.shape[0]}), got shape {tuple(indices.shape)}")
     if indices.numel() == 0:
         return
@@ -580,6 +696,36 @@ def _check_repad_args(values, indices, batch, seqlen) -> None:
                 raise ValueError(f"indices[{i}] = {value} repeats an earlier index")
             raise ValueError(f"indices[{i}] = {value} is outside [0, {size}) "
                              f"(batch {batch} x seqlen {seqlen})")
+
+
+def repad_routes(routed_experts, indices, batch, seqlen, *, router_padding_mask=None
+                 ) -> TensorDict:
+    """`repad` for routes: the dummy route (never zeros) and a True router padding mask at every
+    slot no route lands in, and at every token the given `router_padding_mask` marks
+    (reference.varlen.repad_routes)."""
+    _check_repad_args(routed_experts, indices, batch, seqlen, "routed_experts")
+    check_token_routes(routed_experts, routed_experts.shape[0])
+    if host_read((routed_experts < 0).any()):  # a validation verdict
+        with documented():  # the error path: the reference's check names the token
+            check_token_route_values(routed_experts)
+    if router_padding_mask is not None:
+        check_router_padding_mask(router_padding_mask, routed_experts.shape[0])
+    device = routed_experts.device
+    slots = indices.to(device=device, dtype=torch.int64)
+    routes = _dummy_routes(batch * seqlen, routed_experts)
+    mask = torch.ones(batch * seqlen, dtype=torch.bool, device=device)
+    if router_padding_mask is None:
+        routes[slots] = routed_experts
+        mask[slots] = False
+    else:
+        given = router_padding_mask.to(device)
+        dummy = _dummy_routes(given.shape[0], routed_experts)
+        routes[slots] = torch.where(given[:, None, None], dummy, routed_experts)
+        mask[slots] = given
+    out = TensorDict({"routed_experts": routes.reshape(batch, seqlen, *routes.shape[1:]),
+                      "router_padding_mask": mask.reshape(batch, seqlen)},
+                     batch_size=[batch, seqlen], device=device)
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -205,3 +205,69 @@ def _check_dummy_fits(spec: RouteSpec, name: str) -> None:
     if highest > torch.iinfo(spec.dtype).max:
         raise ValueError(f"{name}: topk {spec.topk} needs expert ids up to {highest} for the "
                          f"dummy route, which do not fit {spec.dtype}")
+
+
+# --------------------------------------------------------------------------------------------
+# routes already laid out per token (a packed row's, a CP stream's, an unpadded batch's)
+# --------------------------------------------------------------------------------------------
+
+
+def check_token_routes(routes, tokens: int, name: str = "routed_experts", *,
+                       row_form: bool = False) -> RouteSpec:
+    """The structure of one route per token, `[tokens, layers, topk]` (with `row_form`, one
+    packed row `[1, tokens, layers, topk]` too): a tensor of a route dtype whose dummy route
+    fits, of exactly `tokens` routes.
+
+    Raises TypeError for a non-tensor or a dtype that is not a route dtype; ValueError for
+    another rank, an empty `[layers, topk]`, another number of tokens, or a `topk` whose dummy
+    route does not fit the dtype.
+    """
+    if not isinstance(routes, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor [tokens, layers, topk], got "
+                        f"{type(routes).__name__}")
+    if routes.dtype not in ROUTE_DTYPES:
+        raise TypeError(f"{name} must hold integer expert ids of dtype uint8, int16, int32 or "
+                        f"int64, got {routes.dtype}")
+    shape = tuple(routes.shape)
+    if row_form and len(shape) == 4 and shape[0] == 1:
+        shape = shape[1:]
+    if len(shape) != 3:
+        forms = "[tokens, layers, topk] or one row [1, tokens, layers, topk]" if row_form \
+            else "[tokens, layers, topk]"
+        raise ValueError(f"{name} must be {forms}, got shape {tuple(routes.shape)}")
+    if shape[1] < 1 or shape[2] < 1:
+        raise ValueError(f"{name} must have at least one layer and one expert per token, got "
+                         f"[layers, topk] = {list(shape[1:])}")
+    if shape[0] != tokens:
+        raise ValueError(f"{name} has {shape[0]} routes for {tokens} tokens: one route per token")
+    spec = RouteSpec(routes.dtype, shape[1], shape[2])
+    _check_dummy_fits(spec, name)
+    return spec
+
+
+def check_token_route_values(routes: torch.Tensor, name: str = "routed_experts") -> None:
+    """Every expert id of a per-token route tensor non-negative (read one by one), naming the
+    token of the first negative one."""
+    tokens = routes.detach().cpu().reshape(-1, *routes.shape[-2:]).tolist()
+    for t, token in enumerate(tokens):
+        for layer in token:
+            for expert in layer:
+                if expert < 0:
+                    raise ValueError(f"{name} holds a negative expert id ({expert}) at token {t}")
+
+
+def check_router_padding_mask(mask, tokens: int, name: str = "router_padding_mask", *,
+                              row_form: bool = False) -> None:
+    """A router padding mask given per token: a bool tensor `[tokens]` (with `row_form`, or one
+    row `[1, tokens]`). TypeError for a non-tensor or another dtype, ValueError for another
+    shape."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a bool tensor [tokens], got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (True: no captured route), got "
+                        f"{mask.dtype}")
+    shape = tuple(mask.shape)
+    if shape == (tokens,) or row_form and shape == (1, tokens):
+        return
+    want = f"({tokens},)" + (f" or (1, {tokens})" if row_form else "")
+    raise ValueError(f"{name} must have shape {want}, one entry per token, got {shape}")

@@ -20,6 +20,12 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof.reference._checks import check_token_id
+from batchproof.reference._routes import (
+    check_router_padding_mask,
+    check_token_route_values,
+    check_token_routes,
+    dummy_route,
+)
 
 LAYOUTS = ("zigzag", "contiguous")
 BOUNDARIES = ("cu_seqlens", "cu_seqlens_padded")
@@ -264,21 +270,48 @@ def shift_labels(input_ids, cu_seqlens, *, cu_seqlens_padded=None, loss_mask=Non
 # --------------------------------------------------------------------------------------------
 
 
+def _row_routes(routed_experts, router_padding_mask, length: int):
+    """(routes as nested lists per token, mask as bools, spec) of a row's per-token routes, or
+    (None, None, None) without routes: the routes' structure, their values, then the mask."""
+    if routed_experts is None:
+        if router_padding_mask is not None:
+            raise ValueError("router_padding_mask is given without routed_experts: it marks the "
+                             "tokens that have no captured route")
+        return None, None, None
+    spec = check_token_routes(routed_experts, length, row_form=True)
+    check_token_route_values(routed_experts)
+    routes = routed_experts.detach().cpu().reshape(length, spec.layers, spec.topk).tolist()
+    if router_padding_mask is None:
+        return routes, [False] * length, spec
+    check_router_padding_mask(router_padding_mask, length, row_form=True)
+    return routes, router_padding_mask.reshape(-1).tolist(), spec
+
+
 def pad_for_cp(input_ids, cu_seqlens, *, cp_size, loss_mask=None, pad_token_id=0,
-               ignore_index=-100, device=None) -> TensorDict:
-    """Every sequence of the packed row padded to a multiple of 2·cp (docs/cp.md)."""
+               ignore_index=-100, device=None, routed_experts=None,
+               router_padding_mask=None) -> TensorDict:
+    """Every sequence of the packed row padded to a multiple of 2·cp (docs/cp.md).
+
+    routed_experts: one route per token of the row, `(T, layers, topk)` or `(1, T, layers,
+    topk)`, with `router_padding_mask` `(T,)` / `(1, T)` (True: the token has no captured
+    route; default all False): padded as `routed_experts` `(1, Tp, layers, topk)` in the given
+    dtype and `router_padding_mask` `(1, Tp)`, the dummy route `0..topk-1` with True at every
+    pad and at every token the given mask marks (whose given route is never read)."""
     check_cp_size(cp_size)
     check_token_id(pad_token_id, "pad_token_id")
     check_token_id(ignore_index, "ignore_index")
-    device = _output_device(device, input_ids, cu_seqlens, loss_mask)
+    device = _output_device(device, input_ids, cu_seqlens, loss_mask, routed_experts)
     tokens = _token_row(input_ids, "input_ids")
     cu = _boundary_list(cu_seqlens, "cu_seqlens")
     _check_end(cu, "cu_seqlens", "input_ids", len(tokens))
     weights = _weights(loss_mask, "loss_mask", len(tokens))
+    routes, unrouted, spec = _row_routes(routed_experts, router_padding_mask, len(tokens))
 
     step = multiple(cp_size)
     ids, positions, padded_weights, padded = [], [], [], [0]
     lengths, padded_lengths = [], []
+    padded_routes, padded_mask = [], []
+    dummy = None if spec is None else [dummy_route(spec.topk) for _ in range(spec.layers)]
     for i in range(len(cu) - 1):
         start, length = cu[i], cu[i + 1] - cu[i]
         padded_length = _round_up(length, step)
@@ -290,6 +323,10 @@ def pad_for_cp(input_ids, cu_seqlens, *, cp_size, loss_mask=None, pad_token_id=0
                 ids.append(pad_token_id)
                 padded_weights.append(0.0)
             positions.append(w)
+            if spec is not None:
+                captured = w < length and not unrouted[start + w]
+                padded_routes.append(routes[start + w] if captured else dummy)
+                padded_mask.append(not captured)
         padded.append(padded[-1] + padded_length)
         lengths.append(length)
         padded_lengths.append(padded_length)
@@ -303,7 +340,12 @@ def pad_for_cp(input_ids, cu_seqlens, *, cp_size, loss_mask=None, pad_token_id=0
         "loss_mask": torch.tensor(loss, dtype=torch.float32).reshape(1, total),
         "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
         "cu_seqlens_padded": torch.tensor(padded, dtype=torch.int32),
-    }, batch_size=[]).to(device)
+    }, batch_size=[])
+    if spec is not None:
+        out["routed_experts"] = torch.tensor(padded_routes, dtype=spec.dtype).reshape(
+            1, total, spec.layers, spec.topk)
+        out["router_padding_mask"] = torch.tensor(padded_mask, dtype=torch.bool).reshape(1, total)
+    out = out.to(device)
     out.set_non_tensor("max_seqlen", max(lengths, default=0))
     out.set_non_tensor("max_seqlen_padded", max(padded_lengths, default=0))
     out.set_non_tensor("cp_size", cp_size)

@@ -33,6 +33,17 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference._routes import (
+    check_route_values,
+    check_router_padding_mask,
+    check_routes,
+    check_sample_support,
+    check_support_values,
+    check_token_route_values,
+    check_token_routes,
+    dummy_route,
+    per_sample,
+)
 
 PACKING_MODES = ("auto", "position_ids", "mask", "rows")
 
@@ -43,10 +54,19 @@ PACKING_MODES = ("auto", "position_ids", "mask", "rows")
 
 
 def pack_varlen(
-    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None
+    prompts, responses, *, pad_to_multiple=1, pad_token_id=0, position_ids_start=0, device=None,
+    routed_experts=None, sample_support=None,
 ) -> TensorDict:
     """Concatenate every sample's prompt + response into one row (see the module docstring);
-    positions count from `position_ids_start` in every sample and in the tail pad."""
+    positions count from `position_ids_start` in every sample and in the tail pad.
+
+    routed_experts: per sample, `[c_k, layers, topk]` routes of its first c_k tokens (router
+        replay, docs/conventions.md): packed as `routed_experts` `(1, N, layers, topk)` in the
+        given dtype, the dummy route `0..topk-1` at every slot without a captured route (the
+        uncaptured tokens, the tail pad), and `router_padding_mask` `(1, N)` True exactly there.
+    sample_support: per sample, `[r_k, top_k]` support rows of its response tokens: packed as
+        `sample_support` `(sum r, top_k)`, row e the support of the token at `target_index[e]`.
+    """
     check_pad_token_id(pad_token_id)
     _check_positive_int(pad_to_multiple, "pad_to_multiple")
     _check_start(position_ids_start)
@@ -87,9 +107,59 @@ def pack_varlen(
             "sample_index": torch.tensor(sample_index, dtype=torch.int64),
         },
         batch_size=[],
-    ).to(device)
+    ).to(device)  # (a token id beyond int64 raises here, before the router-replay checks)
+    route_spec, support_spec = _check_replay(routed_experts, sample_support, prompts, responses)
+    if route_spec is not None:
+        routes, mask = _packed_routes(routed_experts, prompts, responses, total, route_spec)
+        out["routed_experts"] = routes.to(device)
+        out["router_padding_mask"] = mask.to(device)
+    if support_spec is not None:
+        out["sample_support"] = _packed_support(sample_support, responses, support_spec).to(device)
     out.set_non_tensor("max_seqlen", max_seqlen)
     return out
+
+
+def _check_replay(routed_experts, sample_support, prompts, responses):
+    """The router-replay inputs, in the contract's order: the routes' structure, the support's
+    structure, then the routes' values and the support's values (docs/varlen.md, Errors)."""
+    route_spec = check_routes(routed_experts, [len(p) + len(r) for p, r in zip(prompts, responses)])
+    support_spec = check_sample_support(sample_support, [len(r) for r in responses])
+    if route_spec is not None:
+        check_route_values(routed_experts)
+    if support_spec is not None:
+        check_support_values(sample_support)
+    return route_spec, support_spec
+
+
+def _packed_routes(routed_experts, prompts, responses, total, spec):
+    """(routes (1, N, layers, topk), router_padding_mask (1, N)): sample k's captured route j at
+    its token j's slot, the dummy route (mask True) at every other slot."""
+    dummy = [dummy_route(spec.topk) for _ in range(spec.layers)]
+    routes, mask = [], []
+    for entry, prompt, response in zip(per_sample(routed_experts, "routed_experts", len(prompts)),
+                                       prompts, responses):
+        captured = entry.tolist()
+        for j in range(len(prompt) + len(response)):
+            if j < len(captured):
+                routes.append(captured[j])
+                mask.append(False)
+            else:
+                routes.append(dummy)
+                mask.append(True)
+    while len(routes) < total:  # the tail pad
+        routes.append(dummy)
+        mask.append(True)
+    shape = (1, total, spec.layers, spec.topk)
+    return (torch.tensor(routes, dtype=spec.dtype).reshape(shape),
+            torch.tensor(mask, dtype=torch.bool).reshape(1, total))
+
+
+def _packed_support(sample_support, responses, spec) -> torch.Tensor:
+    """(sum r, top_k): the support rows of every response token, in target_index order."""
+    rows = []
+    for entry in per_sample(sample_support, "sample_support", len(responses)):
+        rows += entry.tolist()
+    return torch.tensor(rows, dtype=spec.dtype).reshape(len(rows), spec.top_k)
 
 
 # --------------------------------------------------------------------------------------------
@@ -314,9 +384,9 @@ def repad(values, indices, batch, seqlen) -> torch.Tensor:
     return out.reshape(batch, seqlen, *values.shape[1:])
 
 
-def _check_repad_args(values, indices, batch, seqlen) -> list[int]:
+def _check_repad_args(values, indices, batch, seqlen, name="values") -> list[int]:
     if not isinstance(values, torch.Tensor):
-        raise TypeError(f"values must be a tensor, got {type(values).__name__}")
+        raise TypeError(f"{name} must be a tensor, got {type(values).__name__}")
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"indices must be a tensor, got {type(indices).__name__}")
     if indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
@@ -326,9 +396,9 @@ def _check_repad_args(values, indices, batch, seqlen) -> list[int]:
     if batch < 0 or seqlen < 0:
         raise ValueError(f"batch and seqlen must be >= 0, got {batch} and {seqlen}")
     if values.dim() < 1:
-        raise ValueError("values must have a first (token) dimension, got a 0-d tensor")
+        raise ValueError(f"{name} must have a first (token) dimension, got a 0-d tensor")
     if indices.dim() != 1 or indices.shape[0] != values.shape[0]:
-        raise ValueError(f"indices must be 1-D with one entry per row of values "
+        raise ValueError(f"indices must be 1-D with one entry per row of {name} "
                          f"({values.shape[0]}), got shape {tuple(indices.shape)}")
     index_list = indices.tolist()
     seen = set()
@@ -340,6 +410,40 @@ def _check_repad_args(values, indices, batch, seqlen) -> list[int]:
             raise ValueError(f"indices[{i}] = {flat} repeats an earlier index")
         seen.add(flat)
     return index_list
+
+
+def repad_routes(routed_experts, indices, batch, seqlen, *, router_padding_mask=None
+                 ) -> TensorDict:
+    """`repad` for routes: the routes of unpadded tokens (nnz, layers, topk) back at their flat
+    `indices` of a (batch, seqlen, layers, topk) layout, the dummy route `0..topk-1` (never
+    zeros) at every slot no route lands in. Returns a TensorDict (batch_size [batch, seqlen]):
+    `routed_experts` in the given dtype and `router_padding_mask` (bool), True at those slots
+    and where the given `router_padding_mask` (nnz,) marks an uncaptured token."""
+    index_list = _check_repad_args(routed_experts, indices, batch, seqlen, "routed_experts")
+    spec = check_token_routes(routed_experts, len(index_list))
+    check_token_route_values(routed_experts)
+    given = _unpadded_mask(router_padding_mask, len(index_list))
+    dummy = [dummy_route(spec.topk) for _ in range(spec.layers)]
+    routes = [dummy] * (batch * seqlen)
+    mask = [True] * (batch * seqlen)
+    values = routed_experts.tolist()
+    for i, flat in enumerate(index_list):
+        routes[flat] = dummy if given[i] else values[i]
+        mask[flat] = given[i]
+    out = TensorDict({
+        "routed_experts": torch.tensor(routes, dtype=spec.dtype).reshape(
+            batch, seqlen, spec.layers, spec.topk),
+        "router_padding_mask": torch.tensor(mask, dtype=torch.bool).reshape(batch, seqlen),
+    }, batch_size=[batch, seqlen])
+    return out.to(routed_experts.device)
+
+
+def _unpadded_mask(router_padding_mask, tokens: int) -> list[bool]:
+    """The router padding mask of the unpadded tokens (all False when None)."""
+    if router_padding_mask is None:
+        return [False] * tokens
+    check_router_padding_mask(router_padding_mask, tokens)
+    return router_padding_mask.tolist()
 
 
 # --------------------------------------------------------------------------------------------

@@ -832,7 +832,7 @@ def test_verl_mcore_adapter_registers_without_verl_and_names_its_needs() -> None
 
     code = ("import sys; sys.modules['verl'] = None; sys.modules['megatron'] = None\n"
             "import batchproof.adapters.verl_mcore as m\n"
-            "for a in (m.CP_PACKED_SEQS, m.THD_ENGINE):\n"
+            "for a in (m.CP_PACKED_SEQS, m.THD_ENGINE, m.ROUTER_REPLAY_DATA):\n"
             "    assert (a.record, a.distribution, a.needs) == ('cp.shard', 'verl', "
             "('megatron-core',))\n")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -913,6 +913,53 @@ def test_verl_mcore_sliced_as_the_mirror_rank_fails(verl_mcore, name: str) -> No
     assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
 
 
+def test_verl_router_replay_has_known_divergences_only(verl_mcore) -> None:
+    """verl's router-replay hand-over (`set_router_replay_data` into Megatron's routers)
+    against shard's routes: equivalence and the pins in its domain, no new divergence; its
+    zero routes at the CP pads (verl #7524) confirmed; the route pin is run."""
+    from batchproof import registry
+
+    checks = [c for c in registry.get("cp.shard").check_names()
+              if c == "equivalence" or c.startswith("pin:")]
+    report = _run("verl.router_replay_data", checks, examples=40)
+    assert not report.new, [(o.check, o.detail, o.minimal) for o in report.new]
+    assert not report.unexplained and not report.errors
+    statuses = {o.check: o.status for o in report.outcomes}
+    assert statuses["equivalence"] == "pass", statuses
+    met = {k["name"]: k["status"] for k in report.known}
+    assert met["padding_routes_are_zeros"] == "confirmed", report.known
+
+
+def test_verl_router_replay_without_its_known_divergence_fails(verl_mcore) -> None:
+    report = _run("verl.router_replay_data", ["equivalence"], without=("padding_routes_are_zeros",))
+    assert report.new and "routed_experts" in report.new[0].detail, report.outcomes
+
+
+def test_verl_router_replay_of_the_mirror_rank_fails(verl_mcore) -> None:
+    """The check can fail on the routes: verl's hand-over run with the CP rank read as
+    cp - 1 - r (each rank replaying its mirror rank's routes) must diverge."""
+    from megatron.core import parallel_state as mpu
+
+    from batchproof.adapters.megatron import RankOfGroup
+
+    def mirrored(set_data):
+        def planted(*args, **kwargs):
+            group = mpu._CONTEXT_PARALLEL_GROUP
+            mpu._CONTEXT_PARALLEL_GROUP = RankOfGroup(group.size(), group.size() - 1 - group.rank())
+            try:
+                return set_data(*args, **kwargs)
+            finally:
+                mpu._CONTEXT_PARALLEL_GROUP = group
+        return planted
+
+    adapter = adapters.get_adapter("verl.router_replay_data")
+    wrap = adapter.wrap
+    adapter = dataclasses.replace(adapter, wrap=lambda set_data: wrap(mirrored(set_data)))
+    report = check_adapter(adapter, checks=["equivalence"], max_examples=30,
+                           replay_database=False, derandomize=True)
+    assert report.new and "Mismatch" in report.new[0].detail, report.outcomes
+
+
 def test_verl_thd_engine_positions_are_the_contracts_at_every_real_token(verl_mcore) -> None:
     """`preprocess_thd_engine` also returns each rank's position ids. At every real token they
     are the contract's (`cp.shard`'s position_ids, by `token_index`); at pads they are not
@@ -946,3 +993,39 @@ def test_verl_thd_engine_positions_are_the_contracts_at_every_real_token(verl_mc
 
     positions_agree()
     assert seen["real"] > 100 and seen["pad_differs"] > 0, seen
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def test_adapters_of_functions_without_routes_leave_replayed_calls_out() -> None:
+    """`without_replay`: the pack_varlen adapters (transformers, TRL) and the CP adapters (verl,
+    SkyRL) keep every call they had, and no call carrying routes — a routed_experts /
+    sample_support / router_padding_mask argument, or a padded row with a routes field — valid
+    or invalid; the predicate they wrap, alone, would have taken the replayed pack_varlen call."""
+    import torch
+
+    from batchproof.adapters import replays
+    from batchproof.adapters.huggingface import needs_no_tail_pad
+    from batchproof.reference import cp as cp_reference
+
+    plain = Case(([[1, 2], [3]], [[4], [5]]), {})
+    routed = plain.replace(routed_experts=[torch.zeros((3, 1, 2), dtype=torch.uint8),
+                                           torch.zeros((2, 1, 2), dtype=torch.uint8)])
+    bad = BadCase(plain.replace(sample_support=[None, None]), ValueError, "None entries")
+    row = cp_reference.pad_for_cp([1, 2, 3], [0, 3], cp_size=2,
+                                  routed_experts=torch.zeros((3, 1, 2), dtype=torch.uint8))
+    padded = Case((row,), {"cp_size": 2})
+    unrouted = Case((row.exclude("routed_experts", "router_padding_mask"),), {"cp_size": 2})
+    collator = adapters.get_adapter("transformers.flattening_collator")
+    call = collator.call_of
+    assert [replays(call(c)) for c in (plain, routed, bad)] == [False, True, True]
+    assert collator.in_domain(call(plain)) and needs_no_tail_pad(call(routed))
+    assert not collator.in_domain(call(routed)) and not collator.in_domain(call(bad))
+    for name in ("trl.padding_free", "trl.padding_free_packed"):
+        trl = adapters.get_adapter(name)
+        assert trl.in_domain(trl.call_of(plain)) and not trl.in_domain(trl.call_of(routed))
+    for name in ("verl.cp_packed_seqs", "verl.cp_thd_engine", "skyrl.cp_packed_indices"):
+        shard = adapters.get_adapter(name)
+        assert replays(shard.call_of(padded)) and not replays(shard.call_of(unrouted))
+        assert not shard.in_domain(shard.call_of(padded)), name

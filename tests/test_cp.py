@@ -13,6 +13,7 @@ import pickle
 
 import cp_ranks
 import hypothesis
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -172,6 +173,36 @@ def test_a_pack_varlen_row_goes_in_as_it_is() -> None:
     assert out["cu_seqlens_padded"].tolist() == [0, 8, 12, 16]
 
 
+def _routes_through_cp(packed, cp_size: int, layout: str) -> tuple:
+    """pack_varlen's routes and mask padded for CP, sharded, and all-gathered back by unshard
+    (impl/ throughout): the real row's (routes, router padding mask)."""
+    padded = impl.pad_for_cp(packed["input_ids"], packed["cu_seqlens"], cp_size=cp_size,
+                             routed_experts=packed["routed_experts"],
+                             router_padding_mask=packed["router_padding_mask"])
+    shards = impl.shard(padded, cp_size=cp_size, layout=layout)
+    return tuple(impl.unshard(shards[key], padded["cu_seqlens"], padded["cu_seqlens_padded"],
+                              layout=layout) for key in ("routed_experts", "router_padding_mask"))
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
+def test_packed_routes_go_through_cp_and_come_back(layout) -> None:
+    """pack_varlen's routes (uint8, one sample captured short) through pad_for_cp, shard and
+    unshard come back on their own tokens, in uint8, the mask with them; with every rank given
+    its mirror rank's routes (cp.routes_of_mirror_rank planted) they do not."""
+    routes = [np.array([[[3, 1]], [[2, 5]], [[6, 4]]], dtype=np.uint8),
+              np.array([[[7, 0]], [[1, 3]]], dtype=np.uint8),
+              np.array([[[5, 2]], [[0, 7]], [[4, 6]], [[3, 5]]], dtype=np.uint8)]
+    packed = varlen_impl.pack_varlen([[11, 12], [13], [14, 15, 16]], [[17], [18, 19], [20]],
+                                     pad_to_multiple=4, routed_experts=routes)
+    back, mask = _routes_through_cp(packed, 2, layout)
+    assert back.dtype == torch.uint8
+    assert torch.equal(back, packed["routed_experts"])
+    assert torch.equal(mask, packed["router_padding_mask"])
+    with planted(get("cp.routes_of_mirror_rank")):
+        mirrored, _ = _routes_through_cp(packed, 2, layout)
+    assert not torch.equal(mirrored, packed["routed_experts"])
+
+
 def test_a_pack_sft_row_goes_in_by_its_sub_sequences() -> None:
     examples = [{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 1], "num_actions": 2,
                  "loss_mask": [1, 1]},
@@ -282,6 +313,18 @@ def _options_last(input_ids, cu_seqlens, **kwargs):
     return ref.pad_for_cp(input_ids, cu_seqlens, **kwargs)
 
 
+def _routes_before_loss_mask(input_ids, cu_seqlens, **kwargs):
+    """pad_for_cp checking routed_experts (type, dtype, shape) before the loss mask (the
+    reference checks the loss mask first)."""
+    from batchproof.reference import _routes
+    from batchproof.reference import cp as ref
+
+    routes = kwargs.get("routed_experts")
+    if routes is not None and isinstance(input_ids, list):
+        _routes.check_token_routes(routes, len(input_ids), row_form=True)
+    return ref.pad_for_cp(input_ids, cu_seqlens, **kwargs)
+
+
 def _ignore_index_last(input_ids, cu_seqlens, **kwargs):
     """shift_labels validating every other argument (the default ignore_index) before
     ignore_index (the reference checks it first)."""
@@ -325,6 +368,7 @@ def _count_first_layout_last(outputs, cu_seqlens, cu_seqlens_padded, **kwargs):
 
 @pytest.mark.parametrize("name, bad, candidate", [
     ("cp.pad_for_cp", "bad_pad_cases", _options_last),
+    ("cp.pad_for_cp", "bad_pad_cases", _routes_before_loss_mask),
     ("cp.unshard", "bad_unshard_cases", _count_first_layout_last),
     ("cp.shard", "bad_shard_cases", _row_before_options),
     ("cp.shift_labels", "bad_shift_cases", _ignore_index_last),

@@ -988,6 +988,28 @@ def _pack_samples_first(prompts, responses, **kwargs):
     return ref.pack_varlen(prompts, responses, **kwargs)
 
 
+def _support_before_routes(prompts, responses, **kwargs):
+    """pack_varlen checking sample_support's structure before routed_experts' (the reference
+    checks the routes first)."""
+    from batchproof.reference import _routes
+    from batchproof.reference import varlen as ref
+
+    rows = ref._samples(prompts, responses)
+    _routes.check_sample_support(kwargs.get("sample_support"), [len(r) for r in rows[1]])
+    return ref.pack_varlen(prompts, responses, **kwargs)
+
+
+def _router_mask_first(routed_experts, indices, batch, seqlen, **kwargs):
+    """repad_routes checking router_padding_mask before the routes and the indices."""
+    from batchproof.reference import _routes
+    from batchproof.reference import varlen as ref
+
+    mask = kwargs.get("router_padding_mask")
+    if mask is not None and isinstance(routed_experts, torch.Tensor) and routed_experts.dim():
+        _routes.check_router_padding_mask(mask, routed_experts.shape[0])
+    return ref.repad_routes(routed_experts, indices, batch, seqlen, **kwargs)
+
+
 def _start_first(position_ids, **kwargs):
     """packed_segments checking position_ids_start before the positions' type."""
     from batchproof.reference import varlen as ref
@@ -1053,6 +1075,8 @@ def _samples_first(model, prompts, responses, **kwargs):
     ("varlen.unpack_response_logprobs", "bad_unpack_cases", _width_first),
     ("varlen.unpad", "bad_unpad_cases", _mask_first),
     ("varlen.repad", "bad_repad_cases", _indices_first),
+    ("varlen.pack_varlen", "bad_pack_cases", _support_before_routes),
+    ("varlen.repad_routes", "bad_repad_route_cases", _router_mask_first),
     ("varlen.response_logprobs", "bad_logprob_cases", _samples_first),
 ], ids=lambda v: v.split(".")[-1] if isinstance(v, str) and "." in v else "")
 def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
@@ -1064,3 +1088,32 @@ def test_invalid_inputs_with_two_defects_follow_the_references_first_error(
     from batchproof.ops import varlen as records
 
     assert_first_error_decides(name, getattr(records, bad)(), candidate)
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def _padded_routes_round_trip(repad_routes) -> tuple[torch.Tensor, torch.Tensor]:
+    """A left-padded (2, 4) batch's routes (uint8, one real token uncaptured) through `unpad`
+    (like any x) and back through `repad_routes`."""
+    routes = torch.tensor([[[[9, 9]], [[3, 1]], [[2, 5]], [[4, 0]]],
+                           [[[9, 9]], [[9, 9]], [[6, 2]], [[1, 7]]]], dtype=torch.uint8)
+    attention = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]])
+    uncaptured = torch.tensor([[False, False, False, True], [False, False, False, False]])
+    values, indices, _, _ = impl.unpad(routes, attention)
+    flags, _, _, _ = impl.unpad(uncaptured, attention)
+    out = repad_routes(values, indices, 2, 4, router_padding_mask=flags)
+    return out["routed_experts"], out["router_padding_mask"]
+
+
+def test_routes_unpad_like_any_x_and_repad_with_the_dummy_route() -> None:
+    """unpad takes routes (B, S, layers, topk) like any x (dtype kept); repad_routes puts them
+    back with the dummy route [0, 1] at the pads and at the uncaptured token, never zeros or
+    the pads' old values; with the zero-filling zoo entry the pads come back [0, 0]."""
+    routes, mask = _padded_routes_round_trip(impl.repad_routes)
+    assert routes.dtype == torch.uint8
+    assert routes[..., 0, :].tolist() == [[[0, 1], [3, 1], [2, 5], [0, 1]],
+                                          [[0, 1], [0, 1], [6, 2], [1, 7]]]
+    assert mask.tolist() == [[True, False, False, True], [True, True, False, False]]
+    zeros, _ = _padded_routes_round_trip(zoo._repad_routes_with_zeros)
+    assert zeros[0, 0, 0].tolist() == [0, 0]

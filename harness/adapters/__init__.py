@@ -61,6 +61,7 @@ from typing import Any
 
 import torch
 from hypothesis import strategies as st
+from tensordict import TensorDictBase
 
 from batchproof.adapters.scope import Scope
 from batchproof.calls import Call, rows, values  # noqa: F401 - part of this module's face
@@ -262,6 +263,35 @@ class Adapter:
 
     def retarget(self, target: str) -> Adapter:
         return _replace(self, target=target, distribution=None)
+
+
+REPLAY_ARGUMENTS = ("routed_experts", "sample_support", "router_padding_mask")
+"""The router-replay inputs (docs/conventions.md, "Router replay"), keyword arguments of the
+contracts that take them, and per-token fields of cp's padded rows."""
+
+
+def replays(call: Call) -> bool:
+    """Whether a call carries router-replay data: one of `REPLAY_ARGUMENTS` passed, or a
+    mapping argument (cp.shard's padded row) with a field of that name. Total: an invalid
+    input of any shape is read by its keys only."""
+    if any(call.kwargs.get(name) is not None for name in REPLAY_ARGUMENTS):
+        return True
+    for value in call.args:
+        if isinstance(value, (Mapping, TensorDictBase)) and any(
+                name in value.keys() for name in REPLAY_ARGUMENTS):
+            return True
+    return False
+
+
+def without_replay(supports: Callable[[Call], bool]) -> Callable[[Call], bool]:
+    """`supports` less the calls that carry router-replay data: the domain of an adapter whose
+    framework function takes no routes (docs/frameworks.md, "Router replay")."""
+    def supported(call: Call) -> bool:
+        return not replays(call) and supports(call)
+
+    supported.__name__ = supported.__qualname__ = f"{supports.__name__}_without_replay"
+    supported.__doc__ = f"{supports.__doc__ or supports.__name__} (and no router replay)"
+    return supported
 
 
 def _ask(adapter: Adapter, what: str, predicate: Callable[[Call], bool], call: Call) -> bool:

@@ -49,7 +49,14 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter, values
+from batchproof.adapters import (
+    Adapter,
+    Call,
+    KnownDivergence,
+    register_adapter,
+    values,
+    without_replay,
+)
 from batchproof.ops.varlen import LOGPROB_PINS, pack_cases
 from batchproof.reference.varlen import pack_varlen as _contract
 from batchproof.reference.varlen import packed_segments as _segments_contract
@@ -367,7 +374,7 @@ PACK_VARLEN = register_adapter(Adapter(
     devices=("cpu",),
     dtypes=(torch.int64, torch.int32),
     forms=("lists", "tensors"),
-    supports=needs_no_tail_pad,
+    supports=without_replay(needs_no_tail_pad),  # the collator takes no routes
     valid=pack_cases().map(without_tail_pad),
     known=PACK_VARLEN_KNOWN,
     not_provided=("prompt_lengths", "response_lengths"),

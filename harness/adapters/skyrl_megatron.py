@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from batchproof.adapters import Adapter, Call, register_adapter
+from batchproof.adapters import Adapter, Call, register_adapter, without_replay
 from batchproof.adapters.megatron import padded_row, per_token_fields
 from batchproof.adapters.skyrl import typed_dict_for_pydantic
 
@@ -91,7 +91,7 @@ CP_PACKED_INDICES = register_adapter(Adapter(
     doc="SkyRL's Megatron CP map (stream position -> rank, local slot; zigzag) scattered into "
         "each rank's padded_index, the fields taken there, against shard",
     forms=None,
-    supports=zigzag_call,
+    supports=without_replay(zigzag_call),  # the map carries no routes (docs/frameworks.md)
     not_provided=NOT_COMPARED,
     skip={"errors": "SkyRL's map takes the boundaries it is given and validates nothing; the "
                     "contract's invalid rows are checked by its callers (not adapted)"},

@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
+from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter, without_replay
 from batchproof.adapters.huggingface import flattened_batch
 from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
 from batchproof.ops.sft import ffd_cases
@@ -354,7 +354,7 @@ PADDING_FREE = register_adapter(Adapter(
     devices=("cpu",),
     dtypes=(torch.int64, torch.int32),
     forms=("lists",),  # dataset rows are token lists; the adapter concatenates prompt + response
-    supports=pack_domain,
+    supports=without_replay(pack_domain),  # the collator takes no routes
     invalid=bad_pack_cases().filter(_starts_from_taken),
     known=PACK_KNOWN,
     not_provided=("prompt_lengths", "response_lengths"),
@@ -374,7 +374,7 @@ PADDING_FREE_PACKED = register_adapter(Adapter(
     devices=("cpu",),
     dtypes=(torch.int64, torch.int32),
     forms=("lists",),
-    supports=pack_domain,
+    supports=without_replay(pack_domain),  # the collator takes no routes
     invalid=bad_pack_cases().filter(_starts_from_packable),
     known=PACKED_KNOWN,
     not_provided=("prompt_lengths", "response_lengths"),

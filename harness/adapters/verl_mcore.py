@@ -8,6 +8,11 @@
       (verl.cp_thd_engine)      the same from a jagged nested (B, j, ...) batch, zigzag or
                                 contiguous (each sequence padded to a multiple of cp·tp, the
                                 rank's interval of the padded stream); also returns positions
+    cp.shard, routes          verl.utils.megatron.router_replay_utils.set_router_replay_data(
+      (verl.router_replay_data) routes, attention_mask, tf_config, model=...): router replay
+                                (R2 / R3) — a (B, S, layers, topk) batch of routes packed and
+                                CP-sliced by preprocess_packed_seqs, then handed to each MoE
+                                layer's Megatron router as its replay target
 
 verl calls them on every per-token field of a micro-batch (input ids, labels, label masks,
 multimodal values) with the same boundaries, and `postprocess_packed_seqs` /
@@ -43,6 +48,7 @@ has no verl form (verl takes a batch, not a padded row): the `errors` check does
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -51,7 +57,13 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
-from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
+from batchproof.adapters import (
+    Adapter,
+    Call,
+    KnownDivergence,
+    register_adapter,
+    without_replay,
+)
 from batchproof.adapters.megatron import (
     RankOfGroup,
     default_group,
@@ -59,6 +71,7 @@ from batchproof.adapters.megatron import (
     per_token_fields,
 )
 from batchproof.ops import cp as cp_op
+from batchproof.ops.varlen import token_routes
 from batchproof.reference import cp as _reference
 from batchproof.registry import Case
 
@@ -250,6 +263,165 @@ def verl_padded_cases(draw, layouts: tuple[str, ...] = ("zigzag",)) -> Case:
     return Case((td,), kwargs)
 
 
+# --------------------------------------------------------------------------- router replay
+
+
+@contextlib.contextmanager
+def replay_rank(cp_size: int, rank: int) -> Iterator[None]:
+    """`megatron_cp_rank`, plus what verl's router-replay hand-over reads on top: a one-rank
+    tensor-parallel group (its sequence-parallel scatter is then the identity), Megatron's
+    parallel state reported as initialized, and verl's device name `cpu` (verl names `cuda`
+    when it finds no accelerator)."""
+    from megatron.core import parallel_state as mpu
+    from verl.utils.megatron import router_replay_utils
+
+    with megatron_cp_rank(cp_size, rank):
+        saved = (mpu._TENSOR_MODEL_PARALLEL_GROUP, mpu._DATA_PARALLEL_GROUP,
+                 router_replay_utils.device_name)
+        mpu._TENSOR_MODEL_PARALLEL_GROUP = RankOfGroup(1, 0)
+        mpu._DATA_PARALLEL_GROUP = mpu._DATA_PARALLEL_GROUP or RankOfGroup(1, 0)
+        router_replay_utils.device_name = "cpu"
+        try:
+            yield
+        finally:
+            (mpu._TENSOR_MODEL_PARALLEL_GROUP, mpu._DATA_PARALLEL_GROUP,
+             router_replay_utils.device_name) = saved
+
+
+def moe_layers(layers: int) -> torch.nn.Module:
+    """A stand-in for a model's decoder: `layers` Megatron `TopKRouter` modules (layer numbers
+    1 .. layers), each with verl's `RouterReplay` (what a model built with router replay has),
+    without the router's weights (only its replay target is read)."""
+    from megatron.core.transformer.moe.router import TopKRouter
+    from verl.utils.megatron.router_replay_patch import RouterReplay
+
+    decoder = torch.nn.Module()
+    decoder.routers = torch.nn.ModuleList()
+    for number in range(1, layers + 1):
+        router = TopKRouter.__new__(TopKRouter)
+        torch.nn.Module.__init__(router)
+        router.layer_number = number
+        router.router_replay = RouterReplay()
+        decoder.routers.append(router)
+    return decoder
+
+
+def replay_data_adapter(set_router_replay_data: Callable[..., Any]) -> Callable[..., Any]:
+    """The `wrap` of `verl.router_replay_data`: per rank, the padded row's routes of the real
+    tokens as verl's (S, max l, layers, topk) batch and attention mask, handed over by
+    `set_router_replay_data` to `moe_layers`; the rank's routes are the layers' replay targets
+    stacked back to (n, layers, topk) — Megatron's router takes int64 indices (its score
+    gather), which verl converts to at the hand-over: they come back in the routes' dtype."""
+    def shard(padded, *, cp_size, layout="zigzag", cp_rank=None):
+        from verl.utils.megatron.router_replay_patch import RouterReplay
+
+        cu = padded["cu_seqlens"].tolist()
+        cu_padded = padded["cu_seqlens_padded"].tolist()
+        routes = padded["routed_experts"]
+        batch, mask = as_verl_batch(routes, cu, cu_padded)
+        config = types.SimpleNamespace(fp8=None, num_layers=routes.shape[-2], moe_layer_freq=1)
+        ranks = range(cp_size) if cp_rank is None else [cp_rank]
+        shares = []
+        for rank in ranks:
+            with replay_rank(cp_size, rank):
+                decoder = moe_layers(routes.shape[-2])
+                try:
+                    set_router_replay_data(batch, mask, config, model=decoder)
+                    targets = [router.router_replay.target_topk_idx for router in decoder.routers]
+                finally:
+                    for router in decoder.routers:
+                        RouterReplay.router_instances.remove(router.router_replay)
+            shares.append(torch.stack(targets, dim=1).to(routes.dtype))
+        return TensorDict({"routed_experts": torch.stack(shares)}, batch_size=[len(ranks)])
+
+    return shard
+
+
+def replayed_as_verl_pads(call: Call) -> bool:
+    """A valid zigzag call on a padded row with routes, padded as verl pads (every span
+    roundup(l, 2·cp))."""
+    padded = padded_row(call)
+    if not call.valid or padded is None or call.arg("layout") != "zigzag" \
+            or "routed_experts" not in padded.keys():
+        return False
+    step = verl_step(call.arg("cp_size"), "zigzag")
+    cu = padded["cu_seqlens"].tolist()
+    cu_padded = padded["cu_seqlens_padded"].tolist()
+    return all(cu_padded[i + 1] - cu_padded[i] == -(-(cu[i + 1] - cu[i]) // step) * step
+               for i in range(len(cu) - 1))
+
+
+def a_rank_holds_a_pad(call: Call) -> bool:
+    """A valid call whose routes have topk >= 2 (a one-expert dummy route is [0], the zero
+    route itself) and whose asked ranks hold a pad."""
+    padded = padded_row(call)
+    if not call.valid or padded is None or "routed_experts" not in padded.keys() \
+            or padded["routed_experts"].shape[-1] < 2:
+        return False
+    cp_size, rank = call.arg("cp_size"), call.arg("cp_rank")
+    cu = padded["cu_seqlens"].tolist()
+    cu_padded = padded["cu_seqlens_padded"].tolist()
+    tokens = cp_op.token_at(cu, cu_padded)
+    ranks = range(cp_size) if rank is None else [rank]
+    return any(tokens[g] < 0 for r in ranks
+               for g in cp_op.rank_positions(cu_padded, cp_size, "zigzag", r))
+
+
+@st.composite
+def replay_padded_cases(draw) -> Case:
+    """The record's shard inputs with routes, as verl's router replay has them: a packed row's
+    routes (`ops.varlen.token_routes`, topk 1 to 4) padded by the oracle's `pad_for_cp` for cp
+    (pads of verl's size), the tokens with pad 0; every rank or one."""
+    cp_size = draw(cp_op.cp_sizes())
+    ids, cu = draw(cp_op.packed_rows(cp_size))
+    routes = draw(token_routes(len(ids)))
+    td = _reference.pad_for_cp(ids, cu, cp_size=cp_size, routed_experts=routes)
+    kwargs: dict[str, Any] = {"cp_size": cp_size}
+    if draw(st.integers(0, 3)) == 0:
+        kwargs["cp_rank"] = draw(st.integers(0, cp_size - 1))
+    return Case((td,), kwargs)
+
+
+REPLAY_UPSTREAM = ("verl/utils/megatron/router_replay_utils.py, set_router_replay_data "
+                   "(verl 0.9.1); verl-project/verl#7524")
+REPLAY_KNOWN = (
+    KnownDivergence(
+        "no_sequences_raises", lambda call: no_sequences(call),
+        "a row of 0 sequences raises ValueError (preprocess_packed_seqs' `max()` of no padded "
+        "length) where the contract gives every rank 0 routes",
+        kind="valid", upstream=REPLAY_UPSTREAM, raises=ValueError),
+    KnownDivergence(
+        "padding_routes_are_zeros", a_rank_holds_a_pad,
+        "the CP alignment pads preprocess_packed_seqs adds get the all-zero route: every "
+        "padding token sent topk times to expert 0 (one distinct expert, not topk), where the "
+        "contract gives the dummy route 0 .. topk-1 (verl #7524, closed unmerged; #7106 "
+        "rebuilds them as zeros)",
+        kind="valid", upstream=REPLAY_UPSTREAM, fields=("routed_experts",)),
+)
+
+ROUTER_REPLAY_DATA = register_adapter(Adapter(
+    name="verl.router_replay_data",
+    framework="verl",
+    record="cp.shard",
+    target="verl.utils.megatron.router_replay_utils:set_router_replay_data",
+    wrap=replay_data_adapter,
+    distribution="verl",
+    versions="~=0.9.1",
+    needs=("megatron-core",),
+    doc="verl's router-replay hand-over to Megatron's routers (R2 / R3: routes packed and "
+        "CP-sliced by preprocess_packed_seqs, one replay target per MoE layer) against "
+        "shard's routed_experts",
+    forms=None,
+    supports=replayed_as_verl_pads,
+    valid=replay_padded_cases(),
+    known=REPLAY_KNOWN,
+    not_provided=(*NOT_COMPARED, "input_ids", "loss_mask", "old_logprobs", "token_index",
+                  "cu_seqlens_padded", "router_padding_mask"),
+    skip={"errors": "verl takes a batch of routes and a mask, not a padded row: an invalid "
+                    "padded row has no verl form"},
+))
+
+
 def no_sequences(call: Call) -> bool:
     """A valid row of S = 0 sequences (`cu_seqlens` = [0]): verl's micro-batch of 0 rows."""
     padded = padded_row(call)
@@ -293,7 +465,7 @@ CP_PACKED_SEQS = register_adapter(Adapter(
     doc="verl's Megatron-core CP slicing (zigzag, every per-token field, zeros at pads) against "
         "shard; token_index from verl's slicing of the real tokens' indices",
     forms=None,
-    supports=padded_as_verl_pads(("zigzag",)),
+    supports=without_replay(padded_as_verl_pads(("zigzag",))),  # routes: not adapted
     valid=verl_padded_cases(),
     known=KNOWN,
     not_provided=NOT_COMPARED,
@@ -314,7 +486,7 @@ THD_ENGINE = register_adapter(Adapter(
         "field, zeros at pads) against shard; token_index from verl's slicing of the real "
         "tokens' indices",
     forms=None,
-    supports=padded_as_verl_pads(("zigzag", "contiguous")),
+    supports=without_replay(padded_as_verl_pads(("zigzag", "contiguous"))),
     valid=verl_padded_cases(("zigzag", "contiguous")),
     known=THD_KNOWN,
     not_provided=(*NOT_COMPARED, "cu_seqlens_padded"),

@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof import blocks as hs
+from batchproof import replay
 from batchproof.compare import Mismatch, assert_identical
+from batchproof.ops.varlen import (
+    assert_dummy_where_masked,
+    assert_route_count,
+    token_routes,
+)
 from batchproof.reference import cp as _reference
 from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
 
@@ -113,7 +119,21 @@ def pad_cases(draw) -> Case:
     ignore = draw(st.sampled_from([None, -100, 0, 3]))  # 0 and 3 collide with token ids
     if ignore is not None:
         kwargs["ignore_index"] = ignore
+    kwargs.update(draw(row_routes(len(ids))))
     return Case((ids, cu), kwargs)
+
+
+@st.composite
+def row_routes(draw, tokens: int) -> dict:
+    """Router replay of a packed row, drawn last (in a third of the examples; shrinks to none):
+    `routed_experts` (T, layers, topk), one route per token (`ops.varlen.token_routes`), and in
+    half of those a `router_padding_mask` (T,) marking some tokens as uncaptured."""
+    if draw(st.integers(0, 2)) != 2:
+        return {}
+    out = {"routed_experts": draw(token_routes(tokens))}
+    if draw(st.booleans()):
+        out["router_padding_mask"] = torch.rand(tokens, generator=draw(hs.generators())) < 0.3
+    return out
 
 
 def _plain(value):
@@ -122,7 +142,8 @@ def _plain(value):
 
 
 def _tensor_form(case: Case) -> Case:
-    """1-D int64 ids, int32 boundaries, float32 loss mask (as the contract's tensors)."""
+    """1-D int64 ids, int32 boundaries, float32 loss mask (as the contract's tensors); routes
+    as given ((T, layers, topk) tensors already)."""
     ids, cu = case.args
     kwargs = dict(case.kwargs)
     if kwargs.get("loss_mask") is not None:
@@ -136,9 +157,13 @@ def _tensor_form(case: Case) -> Case:
 
 
 def _row_form(case: Case) -> Case:
-    """(1, T) int32 ids and float64 loss mask (what a packer's row gives), int64 boundaries."""
+    """(1, T) int32 ids and float64 loss mask (what a packer's row gives), int64 boundaries;
+    routes (1, T, layers, topk) and their mask (1, T) (what pack_varlen gives)."""
     ids, cu = case.args
     kwargs = dict(case.kwargs)
+    for key in ("routed_experts", "router_padding_mask"):
+        if isinstance(kwargs.get(key), torch.Tensor):
+            kwargs[key] = kwargs[key].unsqueeze(0)
     if kwargs.get("loss_mask") is not None:
         kwargs["loss_mask"] = torch.tensor(_plain(kwargs["loss_mask"]),
                                            dtype=torch.float64).reshape(1, -1)
@@ -303,10 +328,64 @@ def prop_pad_cp1_identity(case: Case, td, candidate) -> None:
             f"cp_size=1: position_ids {one['position_ids'][0].tolist()} != {positions}")
 
 
+def _given_routes(case: Case):
+    """(routes (T, layers, topk), uncaptured (T,) bools) of a pad_for_cp call, or None."""
+    routes = case.kwargs.get("routed_experts")
+    if routes is None:
+        return None
+    routes = routes.cpu().reshape(-1, *routes.shape[-2:])
+    mask = case.kwargs.get("router_padding_mask")
+    flags = [False] * routes.shape[0] if mask is None else mask.reshape(-1).tolist()
+    return routes, flags
+
+
+def prop_pad_routes(case: Case, td) -> None:
+    """Routes follow their tokens through the padding: routed_experts (1, Tp, layers, topk) in
+    the given dtype holds token t's route at its stream position cu_seqlens_padded[i] + w, the
+    dummy route 0..topk-1 at every pad and at every token the given router_padding_mask marks;
+    router_padding_mask (1, Tp, bool) is True exactly there. Without routes, neither output."""
+    given = _given_routes(case)
+    if given is None:
+        extra = [k for k in ("routed_experts", "router_padding_mask") if k in td.keys()]
+        _assert(not extra, f"{extra} in the output without routed_experts")
+        return
+    routes_in, flags = given
+    cu = _plain(case.args[1])
+    padded = td["cu_seqlens_padded"].tolist()
+    total, (layers, topk) = padded[-1], routes_in.shape[1:]
+    routes, mask = td["routed_experts"].cpu(), td["router_padding_mask"].cpu()
+    _assert(tuple(routes.shape) == (1, total, layers, topk) and routes.dtype == routes_in.dtype,
+            f"routed_experts is {tuple(routes.shape)} {routes.dtype}, expected "
+            f"{(1, total, layers, topk)} {routes_in.dtype} (the dtype as given)")
+    _assert(tuple(mask.shape) == (1, total) and mask.dtype == torch.bool,
+            f"router_padding_mask is {tuple(mask.shape)} {mask.dtype}, expected (1, {total}) bool")
+    dummy = replay.dummy_slot(layers, topk, routes.dtype)
+    tokens = token_at(cu, padded)
+    for g, t in enumerate(tokens):
+        captured = t >= 0 and not flags[t]
+        want = routes_in[t] if captured else dummy
+        _assert(torch.equal(routes[0, g], want) and bool(mask[0, g]) == (not captured),
+                f"stream position {g} ({'token ' + str(t) if t >= 0 else 'a pad'}): route "
+                f"{routes[0, g].tolist()}, mask {bool(mask[0, g])}; expected {want.tolist()}, "
+                f"{not captured}")
+
+
+def prop_pad_route_count(case: Case, td) -> None:
+    """Per layer the padded stream's Tp slots send Tp * topk distinct (token, expert)
+    assignments: every pad's dummy route is topk distinct experts (all-zero pads send one)."""
+    given = _given_routes(case)
+    if given is not None:
+        routes_in, flags = given
+        captured = routes_in[~torch.tensor(flags, dtype=torch.bool)] if flags else routes_in
+        assert_route_count(td["routed_experts"].cpu(), [captured], "the padded stream")
+
+
 PAD_DEFECTS = ["cp_type", "cp_value", "pad_type", "pad_range", "ignore_type", "ignore_range",
                "ids_not_a_list", "float_token", "bool_token", "float_tensor", "ids_2d",
                "token_range", "cu_empty", "cu_first", "cu_decreasing", "cu_end", "cu_float",
-               "cu_tensor_float", "mask_length", "mask_type", "mask_complex"]
+               "cu_tensor_float", "mask_length", "mask_type", "mask_complex",
+               "routes_float", "routes_list", "routes_count", "routes_rank", "routes_negative",
+               "router_mask_alone", "router_mask_dtype", "router_mask_length"]
 
 
 @st.composite
@@ -371,8 +450,46 @@ def bad_pad_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadC
     if kind == "mask_complex":
         return _bad(args, {**kwargs, "loss_mask": torch.ones(len(ids), dtype=torch.complex64)},
                     TypeError, "complex loss_mask")
+    if kind.startswith("route") or kind.startswith("router"):
+        return draw(_route_defect(args, kwargs, kind))
     return _bad(args, {**kwargs, "loss_mask": ["1"] * len(ids) or "1"}, TypeError,
                 "loss_mask of strings")
+
+
+@st.composite
+def _route_defect(draw, args, kwargs: dict, kind: str) -> BadCase:
+    """A pad_for_cp call with a bad `routed_experts` or `router_padding_mask` (built on the
+    call's own routes, or on ones drawn valid first)."""
+    length = len(args[0]) if isinstance(args[0], list) else 0
+    routes = kwargs.get("routed_experts")
+    if routes is None:
+        routes = draw(token_routes(length))
+    kw = {k: v for k, v in kwargs.items() if k not in ("routed_experts", "router_padding_mask")}
+    if kind == "routes_float":
+        return _bad(args, kw | {"routed_experts": routes.float()}, TypeError, "float routes")
+    if kind == "routes_list":
+        return _bad(args, kw | {"routed_experts": routes.tolist()}, TypeError, "routes a list")
+    if kind == "routes_count":
+        more = torch.cat([routes, torch.zeros_like(routes[:1])]) if routes.shape[0] else \
+            torch.zeros((1, *routes.shape[1:]), dtype=routes.dtype)
+        return _bad(args, kw | {"routed_experts": more}, ValueError, "a route too many")
+    if kind == "routes_rank":
+        flat = routes.reshape(routes.shape[0], routes.shape[1] * routes.shape[2])
+        return _bad(args, kw | {"routed_experts": flat}, ValueError, "routes 2-D")
+    if kind == "routes_negative" and routes.dtype != torch.uint8 and routes.numel():
+        routes = routes.clone()
+        routes.view(-1)[draw(st.integers(0, routes.numel() - 1))] = -1
+        return _bad(args, kw | {"routed_experts": routes}, ValueError, "a negative expert id")
+    flags = torch.zeros(length, dtype=torch.bool)
+    if kind == "router_mask_alone":
+        return _bad(args, kw | {"router_padding_mask": flags}, ValueError,
+                    "router_padding_mask without routes")
+    if kind == "router_mask_dtype":
+        return _bad(args, kw | {"routed_experts": routes, "router_padding_mask": flags.long()},
+                    TypeError, "an integer router_padding_mask")
+    return _bad(args, kw | {"routed_experts": routes,
+                            "router_padding_mask": torch.zeros(length + 1, dtype=torch.bool)},
+                ValueError, "router_padding_mask of another length")
 
 
 def _bad(args, kwargs, raises, why) -> BadCase:
@@ -413,6 +530,10 @@ def _expect(**expected):
 
 
 EXAMPLE_ROW = ([11, 12, 13, 14, 15, 21, 22], [0, 5, 5, 7])
+# a row of sequences 3 and 2 tokens long, one layer, topk 2; the last token has no captured route
+THD_ROUTES = torch.tensor([[[5, 6]], [[7, 8]], [[9, 10]], [[11, 12]], [[13, 14]]],
+                          dtype=torch.int16)
+THD_UNCAPTURED = torch.tensor([False, False, False, False, True])
 
 PAD_PINS = [
     Pin("worked_example", Case(EXAMPLE_ROW, {"cp_size": 2}),
@@ -449,6 +570,15 @@ PAD_PINS = [
     Pin("tensor_inputs_keep_their_device", Case((torch.tensor([1, 2, 3]), torch.tensor([0, 3])),
                                                 {"cp_size": 2, "device": "cpu"}),
         "tensor inputs and an explicit device"),
+    Pin("verl_7106_routes_follow_thd_padding",
+        Case(([1, 2, 3, 4, 5], [0, 3, 5]), {"cp_size": 2, "routed_experts": THD_ROUTES,
+                                            "router_padding_mask": THD_UNCAPTURED}),
+        "verl #7106 (R2 router replay on THD-packed batches) and #7524 (its padding routes "
+        "rebuilt as zeros): each sequence padded to 4, every token's route at its own stream "
+        "position, the pads and the uncaptured last token given the dummy route 0, 1",
+        _expect(routed_experts=[[[[5, 6]], [[7, 8]], [[9, 10]], [[0, 1]],
+                                 [[11, 12]], [[0, 1]], [[0, 1]], [[0, 1]]]],
+                router_padding_mask=[[False, False, False, True, False, True, True, True]])),
     *[Pin(name, BadCase(Case(args, kwargs), raises, why), why) for name, args, kwargs, raises, why
       in [("cp_size_zero", EXAMPLE_ROW, {"cp_size": 0}, ValueError, "cp_size 0"),
           ("cp_size_bool", EXAMPLE_ROW, {"cp_size": True}, TypeError, "cp_size True"),
@@ -469,6 +599,8 @@ PAD_FOR_CP = register(OpInfo(
         Property.of(prop_pad_boundaries, name="boundaries"),
         Property.of(prop_pad_labels, name="labels_never_from_padding"),
         Property.of(prop_pad_cp1_identity, name="cp1_identity", metamorphic=True),
+        Property.of(prop_pad_routes, name="routes_on_their_tokens"),
+        Property.of(prop_pad_route_count, name="route_count_per_layer"),
     ],
     pins=PAD_PINS,
     forms={"lists": lambda c: c, "tensors": _tensor_form, "row tensors": _row_form},
@@ -678,6 +810,11 @@ def padded_rows(draw) -> tuple[TensorDict, int]:
         total = td["input_ids"].shape[1]
         values = draw(st.lists(hs.float32s(), min_size=2 * total, max_size=2 * total))
         td["old_logprobs"] = torch.tensor(values, dtype=torch.float32).reshape(1, total, 2)
+    routes = draw(row_routes(len(ids)))  # drawn last: router replay, padded by the oracle
+    if routes:
+        padded = _reference.pad_for_cp(ids, cu, cp_size=padded_for, **routes)
+        td["routed_experts"] = padded["routed_experts"]
+        td["router_padding_mask"] = padded["router_padding_mask"]
     return td, cp_size
 
 
@@ -790,6 +927,44 @@ def prop_values_travel(case: Case, out) -> None:
     want = [[tokens[g] for g in row] for row in index.tolist()]
     _assert(out["token_index"].tolist() == want,
             f"token_index {out['token_index'].tolist()} != {want}")
+
+
+def prop_routes_per_rank(case: Case, out) -> None:
+    """Router replay per CP rank (a padded row with routed_experts and router_padding_mask):
+    on every rank the masked slots — every pad among them — hold the dummy route 0..topk-1,
+    and per layer its n slots send n * topk distinct (token, expert) assignments; over all
+    ranks every captured route reaches its own token exactly once: the unmasked slots,
+    put back by token_index (unshard of the shards), are the row's routes of its captured
+    tokens, each once."""
+    padded, cp_size, layout, ranks, cu, cu_padded, fields = _shard_inputs(case)
+    if "routed_experts" not in fields:
+        return
+    routes, mask = out["routed_experts"].cpu(), out["router_padding_mask"].cpu()
+    tokens = out["token_index"].cpu()
+    source, given_mask = padded["routed_experts"].cpu()[0], padded["router_padding_mask"].cpu()[0]
+    for row, rank in enumerate(ranks):
+        assert_dummy_where_masked(routes[row], mask[row], f"rank {rank}, slot")
+        pads = (tokens[row] < 0) & ~mask[row]
+        _assert(not bool(pads.any()), f"rank {rank}: pad slots {pads.nonzero().flatten().tolist()} "
+                "are not masked")
+        # (less the repeats its captured routes hold themselves: a real router's hold none)
+        assert_route_count(routes[row], [routes[row][~mask[row]]], f"rank {rank}")
+    if len(ranks) < cp_size:
+        return
+    real = {}
+    for row in range(len(ranks)):
+        for j in (~mask[row]).nonzero().flatten().tolist():
+            t = int(tokens[row, j])
+            _assert(t >= 0 and t not in real, f"token {t} holds a captured route twice, or a "
+                    f"pad one (rank {ranks[row]}, slot {j})")
+            real[t] = routes[row, j]
+    positions = token_at(cu, cu_padded)
+    want = {t: source[g] for g, t in enumerate(positions) if t >= 0 and not given_mask[g]}
+    _assert(sorted(real) == sorted(want), f"the ranks hold captured routes of tokens "
+            f"{sorted(real)}, the row has them for {sorted(want)}")
+    for t, route in want.items():
+        _assert(torch.equal(real[t], route), f"token {t}: the ranks give it route "
+                f"{real[t].tolist()}, the row has {route.tolist()}")
 
 
 def _work(positions: list[int], cu: list[int], cu_padded: list[int]) -> tuple[int, int]:
@@ -946,6 +1121,16 @@ SHARD_PINS = [
     Pin("cp1_is_the_identity", Case((_padded([1, 2, 3], [0, 3], 1),), {"cp_size": 1}),
         "cp = 1: rank 0 holds the stream in order, odd lengths included",
         _expect(input_ids=[[1, 2, 3]], token_index=[[0, 1, 2]])),
+    Pin("verl_7106_routes_per_rank",
+        Case((_padded([1, 2, 3, 4, 5], [0, 3, 5], 2, routed_experts=THD_ROUTES,
+                      router_padding_mask=THD_UNCAPTURED),), {"cp_size": 2}),
+        "verl #7106 (R2 replay on THD-packed batches under CP): each rank's routes are its "
+        "own tokens' (rank 0: chunks 0 and 3 of each sequence, tokens 0 and 3 and two pads; "
+        "rank 1: tokens 1, 2, the uncaptured 4 and a pad), never its mirror rank's, with the "
+        "dummy route at every pad",
+        _expect(routed_experts=[[[[5, 6]], [[0, 1]], [[11, 12]], [[0, 1]]],
+                                [[[7, 8]], [[9, 10]], [[0, 1]], [[0, 1]]]],
+                router_padding_mask=[[False, True, False, True], [False, False, True, True]])),
     Pin("one_rank", Case(SHARD_EXAMPLE.args, {"cp_size": 2, "cp_rank": 1}),
         "cp_rank=1: rank 1's row alone", _expect(rank=[1], padded_index=[[2, 3, 4, 5, 9, 10]])),
     *[Pin(name, BadCase(Case(SHARD_EXAMPLE.args, kwargs), raises, why), why)
@@ -973,6 +1158,7 @@ SHARD = register(OpInfo(
         Property.of(prop_zigzag_balance),
         Property.of(prop_local_boundaries),
         Property.of(prop_one_rank_is_its_row, metamorphic=True),
+        Property.of(prop_routes_per_rank),
     ],
     pins=SHARD_PINS,
     forms={"tensordict": lambda c: c, "dict": _dict_form},
@@ -1245,17 +1431,21 @@ SHARD_BSHD.invalid = hs.one_or_two_defects(bad_bshd_cases, bshd_cases(), _refere
 @st.composite
 def unshard_cases(draw) -> Case:
     """Per-rank outputs for a padded row (the oracle's pad_for_cp): float32 (cp, n) or
-    (cp, n, 2), or int64 (cp, n); as one tensor or a list of rank tensors; boundaries as lists
+    (cp, n, 2), int64 (cp, n), or routes (cp, n, layers, topk) of a route dtype (router
+    replay: uint8 .. int64, kept); as one tensor or a list of rank tensors; boundaries as lists
     or tensors."""
     cp_size = draw(cp_sizes())
     ids, cu = draw(packed_rows(cp_size))
     padded = _reference.pad_for_cp(ids, cu, cp_size=cp_size)
     cu_padded = padded["cu_seqlens_padded"].tolist()
     n = cu_padded[-1] // cp_size
-    kind = draw(st.sampled_from(["float", "hidden", "int"]))
+    kind = draw(st.sampled_from(["float", "hidden", "int", "routes"]))
     gen = draw(hs.generators())
     if kind == "int":
         outputs = torch.randint(-5, 50, (cp_size, n), generator=gen)
+    elif kind == "routes":
+        routes = draw(token_routes(cp_size * n))
+        outputs = routes.reshape(cp_size, n, *routes.shape[1:])
     else:
         outputs = torch.randn((cp_size, n, 2) if kind == "hidden" else (cp_size, n),
                               generator=gen)

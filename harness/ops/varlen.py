@@ -8,10 +8,12 @@ tokens: its cases are `harness.models.ModelCase`s, which pass the cached tiny mo
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 
 from batchproof import blocks as hs
+from batchproof import replay
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
 from batchproof.models import (
     FAMILIES,
@@ -22,7 +24,7 @@ from batchproof.models import (
     trainable_model,
 )
 from batchproof.reference import varlen as _reference
-from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register
+from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register, tensors_on
 
 MAX_ROWS = hs.MAX_ROWS
 MODEL_MAX_ROWS = 4  # model cases: a few samples of a few tokens keep one example ~10 ms
@@ -66,17 +68,35 @@ def _lengths(case: Case) -> tuple[list[int], list[int]]:
     return [len(p) for p in prompts], [len(r) for r in responses]
 
 
+REPLAY_ARGS = ("routed_experts", "sample_support")
+
+
 def _jagged_form(case: Case, device: str = "cpu", holes: bool = False) -> Case:
+    """Tokens as jagged tensors; router-replay inputs too (`replay.jagged_entries`)."""
     prompts, responses = case.args[-2:]
     head = case.args[:-2]
+    replayed = {name: replay.jagged_entries(case.kwargs[name], holes=holes).to(device)
+                for name in REPLAY_ARGS if _entries_given(case, name)}
     return case.replace(*head, hs.jagged(prompts, torch.int64, device, holes=holes),
-                        hs.jagged(responses, torch.int64, device, holes=holes))
+                        hs.jagged(responses, torch.int64, device, holes=holes), **replayed)
 
 
 def _tensor_form(case: Case) -> Case:
+    """Tokens as lists of tensors; router-replay inputs as lists of torch tensors (the lists
+    form mixes NumPy arrays in)."""
     prompts, responses = case.args[-2:]
+    replayed = {name: [replay.as_tensor(e) for e in case.kwargs[name]]
+                for name in REPLAY_ARGS if _entries_given(case, name)}
     return case.replace(*case.args[:-2], hs.tensor_rows(prompts, torch.int64),
-                        hs.tensor_rows(responses, torch.int64))
+                        hs.tensor_rows(responses, torch.int64), **replayed)
+
+
+def _entries_given(case: Case, name: str) -> bool:
+    """Whether the call passes `name` as a list of per-sample arrays (the forms are applied to
+    valid calls)."""
+    value = case.kwargs.get(name)
+    return isinstance(value, list) and all(isinstance(e, (torch.Tensor, np.ndarray))
+                                           for e in value)
 
 
 def _int_rows(rows) -> bool:
@@ -95,7 +115,12 @@ def _tokens_on(case: Case, device: str) -> Case:
 
 
 def _pack_on(case: Case, device: str) -> Case:
-    return _tokens_on(case, device).replace(device=device)
+    """Tokens as jagged tensors on `device`, router-replay inputs as tensors there (NumPy
+    arrays stay on the host: the op moves them), the `device` keyword."""
+    moved = {name: [e.to(device) if isinstance(e, torch.Tensor) else e
+                    for e in case.kwargs[name]]
+             for name in REPLAY_ARGS if isinstance(case.kwargs.get(name), list)}
+    return _tokens_on(case, device).replace(device=device, **moved)
 
 
 def _model_case_on(case: Case, device: str) -> Case:
@@ -150,7 +175,18 @@ def pack_cases(draw) -> Case:
         kwargs["pad_token_id"] = pad_token_id
     if start is not None:
         kwargs["position_ids_start"] = start
+    # router replay, drawn last (the draws above stay as they were): each in a third of the
+    # examples (shrinking drops them), per sample a torch or NumPy array (`batchproof.replay`)
+    if _replayed(draw):
+        kwargs["routed_experts"] = draw(replay.route_entries(lengths))
+    if _replayed(draw):
+        kwargs["sample_support"] = draw(replay.support_entries([len(r) for r in responses]))
     return Case((prompts, responses), kwargs)
+
+
+def _replayed(draw) -> bool:
+    """Whether a router-replay input is passed: in a third of the examples (shrinks to not)."""
+    return draw(st.integers(0, 2)) == 2
 
 
 PAD_AND_START = [(pad, start) for start in (None, 2, 1) for pad in (1, 49, 0, None)]
@@ -159,7 +195,10 @@ PAD_AND_START = [(pad, start) for start in (None, 2, 1) for pad in (1, 49, 0, No
 PACK_DEFECTS = ["pad_token_type", "pad_token_range", "multiple_type", "multiple_zero", "count",
                 "empty",
                 "empty_prompt", "float_token", "bool_token", "row_2d", "row_str", "float_row",
-                "token_range", "not_a_sequence", "start_type", "start_negative"]
+                "token_range", "not_a_sequence", "start_type", "start_negative",
+                "routed_experts", "routed_experts", "sample_support"]
+"""The defects of `bad_pack_cases`; the last three: a bad router-replay input
+(`batchproof.replay`: each error of docs/conventions.md), routes twice as often as support."""
 
 
 @st.composite
@@ -171,6 +210,8 @@ def bad_pack_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> Bad
     good = draw(valid) if valid is not None else None  # favours the first kind
     prompts, responses = good.args if good is not None else draw(samples())
     kw = dict(good.kwargs) if good is not None else {}
+    if kind in ("routed_experts", "sample_support"):
+        return draw(_replay_defect(prompts, responses, kw, kind))
     k = draw(st.integers(0, len(prompts) - 1))
     if kind == "pad_token_type":
         value = draw(st.sampled_from([0.0, "0", None, True]))
@@ -218,6 +259,21 @@ def bad_pack_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> Bad
     else:
         rows[k] = torch.zeros(2)
     return _bad((rows, responses), kw, TypeError, f"prompts[{k}]: {kind}")
+
+
+@st.composite
+def _replay_defect(draw, prompts, responses, kwargs: dict, name: str) -> BadCase:
+    """The call with a bad `routed_experts` or `sample_support` (built on the call's own, or
+    on one drawn valid first when it has none); its other arguments kept."""
+    if name == "routed_experts":
+        counts = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        valid = kwargs.get(name) or draw(replay.route_entries(counts))
+        bad, raises, why = draw(replay.route_defect(valid, counts))
+    else:
+        lengths = [len(r) for r in responses]
+        valid = kwargs.get(name) or draw(replay.support_entries(lengths))
+        bad, raises, why = draw(replay.support_defect(valid, lengths))
+    return _bad((prompts, responses), kwargs | {name: bad}, raises, why)
 
 
 def _bad(args, kwargs, raises, why, model: ModelSpec | None = None) -> BadCase:
@@ -350,6 +406,124 @@ def prop_segments_are_cu_seqlens(case: Case, td) -> None:
             f"max_seqlen is {td.get_non_tensor('max_seqlen')}")
 
 
+# --------------------------------------------------------------------------- router replay
+
+
+def replay_entries(case: Case, name: str) -> list[torch.Tensor] | None:
+    """A router-replay input's per-sample arrays as CPU tensors, or None when not passed."""
+    value = case.kwargs.get(name)
+    return None if value is None else [replay.as_tensor(e) for e in replay.entries_of(value)]
+
+
+def distinct_assignments(routes: torch.Tensor) -> torch.Tensor:
+    """Per layer, the distinct (token, expert) assignments of routes (..., layers, topk)."""
+    ordered = routes.reshape(-1, *routes.shape[-2:]).sort(dim=-1).values
+    distinct = 1 + (ordered[..., 1:] != ordered[..., :-1]).sum(dim=-1)
+    return distinct.sum(dim=0)
+
+
+def assert_dummy_where_masked(routes: torch.Tensor, mask: torch.Tensor, where: str) -> None:
+    """Every slot of routes (..., layers, topk) whose mask (...) is True holds the dummy route
+    0 .. topk-1 on every layer; `where` names the slots in the message."""
+    layers, topk = routes.shape[-2:]
+    dummy = replay.dummy_slot(layers, topk, routes.dtype)
+    flat, flags = routes.reshape(-1, layers, topk), mask.reshape(-1)
+    for slot in flags.nonzero().flatten().tolist():
+        _assert(torch.equal(flat[slot], dummy),
+                f"{where} {slot}: a masked slot holds {flat[slot].tolist()}, not the dummy route "
+                f"{dummy.tolist()} (topk distinct experts, never zeros: verl #7524)")
+
+
+def assert_route_count(routes: torch.Tensor, entries: list[torch.Tensor], where: str) -> None:
+    """A dropless dispatcher's invariant: per layer, the slots of routes (..., layers, topk) send
+    slots * topk distinct (token, expert) assignments — fewer only by the repeats the captured
+    routes `entries` themselves hold (a real router repeats none; the strategies draw none)."""
+    layers, topk = routes.shape[-2:]
+    slots = routes.numel() // (layers * topk)
+    found = distinct_assignments(routes)
+    for layer in range(layers):
+        repeats = sum(int(e.shape[0]) * topk - int(distinct_assignments(e)[layer])
+                      for e in entries if e.shape[0])
+        want = slots * topk - repeats
+        _assert(int(found[layer]) == want,
+                f"{where}, layer {layer}: {slots} token slots send {int(found[layer])} distinct "
+                f"(token, expert) assignments, tokens * topk = {slots * topk} expected"
+                + (f" (less {repeats} repeats of the captured routes)" if repeats else ""))
+
+
+def _absent(td, keys: tuple[str, ...], given: str) -> None:
+    extra = [key for key in keys if key in td.keys()]
+    _assert(not extra, f"{extra} in the output, but no {given} was given: without router "
+            "replay the outputs are as before")
+
+
+def prop_routes_on_their_tokens(case: Case, td) -> None:
+    """Every captured route reaches its own token exactly once: route j of sample k sits at
+    slot off_k + j of routed_experts (1, N, layers, topk), bit for bit and in the given dtype;
+    router_padding_mask (1, N, bool) is False exactly on those slots. Without routes, neither
+    output is there."""
+    entries = replay_entries(case, "routed_experts")
+    if entries is None:
+        return _absent(td, ("routed_experts", "router_padding_mask"), "routed_experts")
+    _, _, offsets, _, total = _pack_geometry(case)
+    layers, topk = entries[0].shape[1:]
+    routes, mask = td["routed_experts"].cpu(), td["router_padding_mask"].cpu()
+    _assert(tuple(routes.shape) == (1, total, layers, topk) and routes.dtype == entries[0].dtype,
+            f"routed_experts is {tuple(routes.shape)} {routes.dtype}, expected "
+            f"{(1, total, layers, topk)} {entries[0].dtype} (the dtype as given)")
+    _assert(tuple(mask.shape) == (1, total) and mask.dtype == torch.bool,
+            f"router_padding_mask is {tuple(mask.shape)} {mask.dtype}, expected (1, {total}) bool")
+    slots = [offsets[k] + j for k, entry in enumerate(entries) for j in range(entry.shape[0])]
+    unmasked = (~mask[0]).nonzero().flatten().tolist()
+    _assert(unmasked == slots, f"router_padding_mask is False on slots {unmasked}, but the "
+            f"captured tokens sit on slots {slots}")
+    for k, entry in enumerate(entries):
+        for j in range(entry.shape[0]):
+            slot = offsets[k] + j
+            _assert(torch.equal(routes[0, slot], entry[j]),
+                    f"slot {slot} (sample {k}, token {j}) holds route {routes[0, slot].tolist()}, "
+                    f"its captured route is {entry[j].tolist()}")
+
+
+def prop_dummy_routes_where_masked(case: Case, td) -> None:
+    """Every slot where router_padding_mask is True (the tail pad, uncaptured tokens) holds the
+    dummy route 0 .. topk-1 on every layer: topk distinct experts, never zeros (verl #7524)."""
+    if replay_entries(case, "routed_experts") is None:
+        return
+    assert_dummy_where_masked(td["routed_experts"].cpu()[0], td["router_padding_mask"].cpu()[0],
+                              "slot")
+
+
+def prop_route_count_per_layer(case: Case, td) -> None:
+    """Per layer the row's N token slots send N * topk distinct (token, expert) assignments
+    (a dropless dispatcher's invariant; all-zero padding routes send one per slot)."""
+    entries = replay_entries(case, "routed_experts")
+    if entries is not None:
+        assert_route_count(td["routed_experts"].cpu(), entries, "the packed row")
+
+
+def prop_support_on_response_tokens(case: Case, td) -> None:
+    """sample_support (sum r, top_k), in the given dtype: row e is the support row of the
+    response token at target_index[e] (sample sample_index[e]'s next response token), bit for
+    bit. Without sample_support, no such output."""
+    entries = replay_entries(case, "sample_support")
+    if entries is None:
+        return _absent(td, ("sample_support",), "sample_support")
+    support = td["sample_support"].cpu()
+    top_k, rows = entries[0].shape[1], sum(int(e.shape[0]) for e in entries)
+    _assert(tuple(support.shape) == (rows, top_k) and support.dtype == entries[0].dtype,
+            f"sample_support is {tuple(support.shape)} {support.dtype}, expected "
+            f"{(rows, top_k)} {entries[0].dtype}")
+    owners = td["sample_index"].cpu().tolist()
+    seen = [0] * len(entries)
+    for e, k in enumerate(owners):
+        _assert(0 <= k < len(entries) and seen[k] < entries[k].shape[0]
+                and torch.equal(support[e], entries[k][seen[k]]),
+                f"sample_support[{e}] = {support[e].tolist()} is not the support of response "
+                f"token {seen[k] if 0 <= k < len(entries) else '?'} of sample {k}")
+        seen[k] += 1
+
+
 PACK_PINS = [
     Pin("length_one_samples", Case(([[3], [4], [5]], [[], [], []]), {}),
         "samples of one token (p = 1, r = 0): three segments of length 1, no index entries"),
@@ -413,6 +587,75 @@ PACK_PINS = [
                                  f"{td['cu_seqlens'].tolist()}")),
 ]
 
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # as decoded wire routes are (SkyRL #1909)
+    return array
+
+
+def _expect_routes(routes: list, mask: list[bool]):
+    """A pin's literal expectation: routed_experts[0] (as lists) and router_padding_mask[0]."""
+    def expect(case: Case, td) -> None:
+        got = td["routed_experts"][0].tolist(), td["router_padding_mask"][0].tolist()
+        _assert(got == (routes, mask), f"routed_experts {got[0]}, router_padding_mask {got[1]}: "
+                f"expected {routes}, {mask}")
+    return expect
+
+
+ROUTE_PINS = [
+    Pin("skyrl_1909_packed_route_arrays",
+        Case(([[1, 2], [3]], [[4], [5, 6]]), {"routed_experts": [
+            _read_only(np.array([[[0, 3]], [[2, 1]], [[4, 0]]], dtype=np.uint8)),
+            _read_only(np.array([[[1, 2]], [[3, 0]]], dtype=np.uint8))]}),
+        "SkyRL #1909: routes arrive as compact, read-only uint8 NumPy arrays decoded from the "
+        "wire; packed, they keep uint8 and sit on their own tokens, the last sampled token "
+        "(no route captured) gets the dummy route",
+        _expect_routes([[[0, 3]], [[2, 1]], [[4, 0]], [[1, 2]], [[3, 0]], [[0, 1]]],
+                       [False] * 5 + [True])),
+    Pin("slime_1052_padding_routes",
+        Case(([[1, 2]], [[3, 4]]), {"pad_to_multiple": 8, "routed_experts": [
+            torch.tensor([[[5, 6, 7]], [[8, 9, 10]], [[11, 3, 2]]], dtype=torch.int32)]}),
+        "slime #1052 (and slime #822: uniform padding routes counted once by the dispatcher): "
+        "the uncaptured token and the tail pad get the dummy route 0, 1, 2, never zeros, and "
+        "the router padding mask",
+        _expect_routes([[[5, 6, 7]], [[8, 9, 10]], [[11, 3, 2]]] + [[[0, 1, 2]]] * 5,
+                       [False] * 3 + [True] * 5)),
+    Pin("routes_across_sample_boundaries",
+        Case(([[1, 2], [3], [4, 5, 6]], [[7], [8, 9], []]), {"routed_experts": [
+            torch.tensor([[[10, 11]], [[12, 13]], [[14, 15]]], dtype=torch.int16),
+            torch.tensor([[[20, 21]], [[22, 23]]], dtype=torch.int16),
+            torch.tensor([[[30, 31]], [[32, 33]], [[34, 35]]], dtype=torch.int16)]}),
+        "each sample's first route on its own first token (a route shifted by one at a sample "
+        "boundary lands on the previous sample's last token: rllm #543's offset class)",
+        _expect_routes([[[10, 11]], [[12, 13]], [[14, 15]], [[20, 21]], [[22, 23]], [[0, 1]],
+                        [[30, 31]], [[32, 33]], [[34, 35]]],
+                       [False] * 5 + [True] + [False] * 3)),
+    Pin("support_on_response_tokens",
+        Case(([[1, 2], [3]], [[4], [5, 6]]), {"sample_support": [
+            torch.tensor([[7, -1]], dtype=torch.int32),
+            torch.tensor([[8, 9], [5, -1]], dtype=torch.int32)]}),
+        "SkyRL's packed sample support: one row per response token, in target_index order",
+        lambda case, td: _assert(td["sample_support"].tolist() == [[7, -1], [8, 9], [5, -1]],
+                                 f"sample_support {td['sample_support'].tolist()}")),
+    *[Pin(name, BadCase(Case(([[1, 2], [3]], [[4], [5]]), kwargs), raises, why), why)
+      for name, kwargs, raises, why in [
+          ("routes_for_some_samples_only",
+           {"routed_experts": [torch.zeros((2, 1, 2), dtype=torch.uint8), None]}, ValueError,
+           "routes given for sample 0 only"),
+          ("routes_longer_than_sample",
+           {"routed_experts": [torch.zeros((4, 1, 2), dtype=torch.uint8),
+                               torch.zeros((0, 1, 2), dtype=torch.uint8)]}, ValueError,
+           "4 routes for 3 tokens"),
+          ("routes_float", {"routed_experts": [torch.zeros((1, 1, 2)),
+                                               torch.zeros((1, 1, 2))]}, TypeError,
+           "float expert ids"),
+          ("support_rows_not_per_response_token",
+           {"sample_support": [torch.full((2, 2), -1, dtype=torch.int32),
+                               torch.full((1, 2), -1, dtype=torch.int32)]}, ValueError,
+           "2 support rows for 1 response token")]],
+]
+
+PACK_PINS += ROUTE_PINS
+
 PACK_EXAMPLE = Case(([[11, 12, 13], [], [21]], [[14, 15], [], [22]]), {"pad_to_multiple": 4})
 
 # lists: the row packed in C (_write_lists), then the other outputs by the compiled kernel (or,
@@ -436,6 +679,10 @@ PACK_VARLEN = register(OpInfo(
         Property.of(prop_cu_seqlens),
         Property.of(prop_segments_never_cross),
         Property.of(prop_segments_are_cu_seqlens),
+        Property.of(prop_routes_on_their_tokens),
+        Property.of(prop_dummy_routes_where_masked),
+        Property.of(prop_route_count_per_layer),
+        Property.of(prop_support_on_response_tokens),
     ],
     pins=PACK_PINS,
     forms={"lists": lambda c: c, "tensors": _tensor_form, "jagged": _jagged_form,
@@ -1025,6 +1272,172 @@ REPAD = register(OpInfo(
     devices=("cpu", "cuda"),
     to_device=_tensors_on,
     doc="flash-attn pad_input: scatter unpadded values back into a zero (B, S, ...) tensor",
+))
+
+# --------------------------------------------------------------------------- repad_routes
+
+
+@st.composite
+def token_routes(draw, count: int) -> torch.Tensor:
+    """`count` routes `[count, layers, topk]` of one drawn route dtype (`batchproof.replay`'s
+    sizes), each (token, layer) `topk` distinct expert ids, as a real router's top-k."""
+    dtype = draw(st.sampled_from(replay.ROUTE_DTYPES))
+    layers = draw(st.integers(1, replay.MAX_LAYERS))
+    topk = draw(st.integers(1, replay.MAX_TOPK))
+    experts = draw(st.integers(topk, replay.MAX_EXPERTS))
+    scores = torch.rand((count, layers, experts), generator=draw(hs.generators()))
+    return scores.argsort(dim=-1)[..., :topk].to(dtype)
+
+
+@st.composite
+def repad_route_cases(draw) -> Case:
+    """The routes of a padded (B, S) batch unpadded by the reference's `unpad` (masks with
+    holes, left- or right-padded, all ones or zeros), as repad gets them — (routes (nnz, layers,
+    topk), indices, B, S), sometimes shuffled together — and, in half the examples, the router
+    padding mask of the unpadded tokens (some of them uncaptured)."""
+    _, mask = draw(masked_tensors())
+    batch, seqlen = mask.shape
+    routes = draw(token_routes(batch * seqlen))
+    values, indices, _, _ = _reference.unpad(routes.reshape(batch, seqlen, *routes.shape[1:]),
+                                             mask)
+    if draw(st.booleans()) and indices.numel() > 1:
+        order = torch.randperm(indices.numel(), generator=draw(hs.generators()))
+        values, indices = values[order], indices[order]
+    kwargs = {}
+    if draw(st.booleans()):
+        flags = torch.rand(indices.numel(), generator=draw(hs.generators())) < 0.3
+        kwargs["router_padding_mask"] = flags
+    return Case((values, indices, batch, seqlen), kwargs)
+
+
+REPAD_ROUTE_DEFECTS = ["repad", "repad", "float", "rank", "negative", "topk_uint8",
+                       "mask_dtype", "mask_length", "mask_list"]
+
+
+@st.composite
+def bad_repad_route_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+    """One defect on a valid call (`valid`, default `repad_route_cases()`): one of `repad`'s
+    (its indices, sizes, a routes argument that is no tensor: `bad_repad_cases`), or a routes
+    tensor of no route dtype, rank or values, or a bad router padding mask."""
+    kind = draw(st.sampled_from(REPAD_ROUTE_DEFECTS))
+    good = draw(valid if valid is not None else repad_route_cases())
+    (routes, indices, batch, seqlen), kwargs = good.args, dict(good.kwargs)
+    if kind == "repad":
+        bad = draw(bad_repad_cases(valid=st.just(Case(good.args))))
+        return BadCase(bad.case.replace(**kwargs), bad.raises, bad.why)
+    if kind == "float":
+        return _bad((routes.float(), indices, batch, seqlen), kwargs, TypeError, "float routes")
+    if kind == "rank":
+        flat = routes.reshape(routes.shape[0], routes.shape[1] * routes.shape[2])
+        return _bad((flat, indices, batch, seqlen), kwargs, ValueError, "routes 2-D")
+    if kind == "negative" and routes.dtype != torch.uint8 and routes.numel():
+        routes = routes.clone()
+        routes.view(-1)[draw(st.integers(0, routes.numel() - 1))] = -1
+        return _bad((routes, indices, batch, seqlen), kwargs, ValueError, "a negative id")
+    if kind == "topk_uint8" or kind == "negative":
+        wide = torch.zeros((routes.shape[0], 1, 257), dtype=torch.uint8)
+        return _bad((wide, indices, batch, seqlen), kwargs, ValueError, "topk 257 in uint8")
+    flags = torch.zeros(routes.shape[0], dtype=torch.bool)
+    if kind == "mask_dtype":
+        return _bad(good.args, {"router_padding_mask": flags.to(torch.int64)}, TypeError,
+                    "an integer router_padding_mask")
+    if kind == "mask_length":
+        return _bad(good.args, {"router_padding_mask": torch.zeros(routes.shape[0] + 1,
+                                                                   dtype=torch.bool)},
+                    ValueError, "a router_padding_mask of another length")
+    return _bad(good.args, {"router_padding_mask": flags.tolist()}, TypeError,
+                "router_padding_mask a list")
+
+
+def prop_routes_scatter_back(case: Case, out) -> None:
+    """routed_experts (B, S, layers, topk) in the given dtype and router_padding_mask (B, S,
+    bool): route i at flat slot indices[i] with the mask False there — the dummy route and True
+    where the given router_padding_mask marks token i — and the dummy route with True at every
+    slot no index names (never zeros)."""
+    routes_in, indices, batch, seqlen = case.args
+    given = case.kwargs.get("router_padding_mask")
+    layers, topk = routes_in.shape[1:]
+    routes, mask = out["routed_experts"].cpu(), out["router_padding_mask"].cpu()
+    _assert(tuple(routes.shape) == (batch, seqlen, layers, topk)
+            and routes.dtype == routes_in.dtype,
+            f"routed_experts is {tuple(routes.shape)} {routes.dtype}, expected "
+            f"{(batch, seqlen, layers, topk)} {routes_in.dtype}")
+    _assert(tuple(mask.shape) == (batch, seqlen) and mask.dtype == torch.bool,
+            f"router_padding_mask is {tuple(mask.shape)} {mask.dtype}")
+    dummy = replay.dummy_slot(layers, topk, routes.dtype)
+    placed = dict(zip(indices.tolist(), range(len(indices))))
+    flags = [False] * len(indices) if given is None else given.tolist()
+    flat, flat_mask = routes.reshape(-1, layers, topk), mask.reshape(-1).tolist()
+    for slot in range(batch * seqlen):
+        i = placed.get(slot)
+        captured = i is not None and not flags[i]
+        want = routes_in[i].cpu() if captured else dummy
+        _assert(torch.equal(flat[slot], want) and flat_mask[slot] == (not captured),
+                f"slot {slot} (row {slot // max(seqlen, 1)}): route {flat[slot].tolist()}, mask "
+                f"{flat_mask[slot]}; expected {want.tolist()}, {not captured}")
+
+
+def prop_repad_dummy_where_masked(case: Case, out) -> None:
+    """Every slot whose router_padding_mask is True holds the dummy route 0 .. topk-1."""
+    assert_dummy_where_masked(out["routed_experts"].cpu(), out["router_padding_mask"].cpu(),
+                              "flat slot")
+
+
+def prop_repad_route_count(case: Case, out) -> None:
+    """Per layer the B * S slots send B * S * topk distinct (token, expert) assignments."""
+    assert_route_count(out["routed_experts"].cpu(), [case.args[0].cpu()], "the repadded batch")
+
+
+def _route_values(rows: list) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.uint8)
+
+
+REPAD_ROUTE_PINS = [
+    Pin("dummy_not_zeros",
+        Case((_route_values([[[3, 1]], [[2, 5]], [[4, 0]]]), torch.tensor([0, 2, 3]), 2, 2)),
+        "slot 1 holds no token: the dummy route [0, 1] with the mask True, never the [0, 0] "
+        "a zero-filling repad (flash-attn's pad_input on routes) leaves",
+        lambda case, out: _assert(
+            out["routed_experts"][..., 0, :].tolist() == [[[3, 1], [0, 1]], [[2, 5], [4, 0]]]
+            and out["router_padding_mask"].tolist() == [[False, True], [False, False]],
+            f"{out['routed_experts'][..., 0, :].tolist()}, "
+            f"{out['router_padding_mask'].tolist()}")),
+    Pin("uncaptured_token_masked",
+        Case((_route_values([[[3, 1]], [[2, 5]]]), torch.tensor([1, 0]), 1, 3),
+             {"router_padding_mask": torch.tensor([True, False])}),
+        "token 0 (at slot 1) has no captured route: the dummy route and True there, its given "
+        "route never read",
+        lambda case, out: _assert(
+            out["routed_experts"][0, :, 0].tolist() == [[2, 5], [0, 1], [0, 1]]
+            and out["router_padding_mask"].tolist() == [[False, True, True]],
+            f"{out['routed_experts'][0, :, 0].tolist()}, {out['router_padding_mask'].tolist()}")),
+    Pin("route_float_dtype",
+        BadCase(Case((torch.zeros(2, 1, 2), torch.tensor([0, 1]), 1, 2)), TypeError,
+                "float routes"), "routes hold integer expert ids"),
+    Pin("router_padding_mask_of_another_length",
+        BadCase(Case((_route_values([[[0, 1]]]), torch.tensor([0]), 1, 1),
+                     {"router_padding_mask": torch.tensor([False, True])}), ValueError,
+                "2 mask entries for 1 token"), "one mask entry per unpadded token"),
+]
+
+REPAD_ROUTES = register(OpInfo(
+    op="varlen",
+    function="repad_routes",
+    valid=repad_route_cases(),
+    invalid=hs.one_or_two_defects(bad_repad_route_cases, repad_route_cases(),
+                                  _reference.repad_routes),
+    compare=assert_identical,
+    properties=[
+        Property.of(prop_routes_scatter_back),
+        Property.of(prop_repad_dummy_where_masked, name="dummy_routes_where_masked"),
+        Property.of(prop_repad_route_count, name="route_count_per_layer"),
+    ],
+    pins=REPAD_ROUTE_PINS,
+    devices=("cpu", "cuda"),
+    to_device=lambda case, device: tensors_on(case, device),
+    example=REPAD_ROUTE_PINS[0].case,
+    doc="repad for routes: unpadded routes back into (B, S, layers, topk), the dummy route "
+        "(never zeros) and a True router_padding_mask at every slot without one",
 ))
 
 # --------------------------------------------------------------------------- response_logprobs

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from batchproof.impl import cp as _impl
+from batchproof.impl.kernels import triton_cp as _triton_cp
 from batchproof.mutation.zoo import ZooEntry
 
 # the correct functions, bound before any entry is planted (planting replaces module attributes)
@@ -25,6 +26,7 @@ _shard = _impl.shard
 _bshd = _impl.shard_bshd
 _unshard = _impl.unshard
 _flatten = _impl.flatten_micro_batch
+_gather_rows = _triton_cp.gather_rows
 
 
 @contextlib.contextmanager
@@ -323,6 +325,55 @@ def _shift_by_previous_row(rows):
     return out
 
 
+# --------------------------------------------------------------------------- router replay
+
+
+def _zero_padding_routes(out, args, kwargs):
+    """verl #7524's class in the CP padding: every pad (and uncaptured token) given the all-zero
+    route, topk times expert 0, instead of the dummy route."""
+    mask = out["router_padding_mask"][..., None, None]
+    return torch.where(mask, torch.zeros_like(out["routed_experts"]), out["routed_experts"])
+
+
+def _pad_zero_filled(input_ids, cu_seqlens, **kwargs):
+    out = _pad(input_ids, cu_seqlens, **kwargs)
+    if "routed_experts" in out.keys():
+        out["routed_experts"] = _zero_padding_routes(out, (input_ids, cu_seqlens), kwargs)
+    return out
+
+
+def _widening_gather(src, index):
+    """The Triton copy, with narrow integer fields (routes in uint8 / int16 / int32) copied
+    into int64: a silent dtype change on the CUDA path only."""
+    narrow = (torch.uint8, torch.int16, torch.int32)
+    return _gather_rows(src.to(torch.int64) if src.dtype in narrow else src, index)
+
+
+def _shard_widened_on_triton(padded, **kwargs):
+    """shard on the Triton path (interpreted on the CPU, as the `triton` placement runs it:
+    batchproof[triton] is installed with the dev extras) with a gather that widens narrow
+    integer fields."""
+    saved = _impl.kernels.TRITON_ON_CPU, _triton_cp.gather_rows
+    _impl.kernels.TRITON_ON_CPU, _triton_cp.gather_rows = True, _widening_gather
+    try:
+        return _shard(padded, **kwargs)
+    finally:
+        _impl.kernels.TRITON_ON_CPU, _triton_cp.gather_rows = saved
+
+
+def _routes_of_mirror_rank(padded, *, cp_size, layout="zigzag", cp_rank=None):
+    """Each rank given its mirror rank's (cp - 1 - r) routes and router padding mask, while its
+    tokens are its own: a rank index read backwards for the replay fields only."""
+    out = _shard(padded, cp_size=cp_size, layout=layout, cp_rank=cp_rank)
+    if "routed_experts" not in out.keys():
+        return out
+    every = _shard(padded, cp_size=cp_size, layout=layout)
+    mirror = [cp_size - 1 - r for r in out["rank"].tolist()]
+    for key in ("routed_experts", "router_padding_mask"):
+        out[key] = every[key][mirror]
+    return out
+
+
 def _entry(name, function, bug, killers, replacement, reference="", oracle=False) -> ZooEntry:
     return ZooEntry(name=f"cp.{name}", op="cp", function=function, bug=bug,
                     killers=tuple(killers), replacement=replacement, reference=reference,
@@ -430,6 +481,23 @@ ENTRIES = [
            "the padded stream's first T positions kept: pads read, later real tokens dropped",
            ("equivalence", "property:inverse_of_shard", "property:pads_never_read"),
            _unshard_reads_pads, "verl-project/verl#5981"),
+    # router replay
+    _entry("zero_filled_padding_routes", "pad_for_cp",
+           "the CP padding's routes all zeros (topk times expert 0) instead of the dummy route: "
+           "a dropless dispatcher's tokens * topk broken",
+           ("equivalence", "property:routes_on_their_tokens", "property:route_count_per_layer",
+            "pin:verl_7106_routes_follow_thd_padding"),
+           _pad_zero_filled, "verl-project/verl#7524, verl-project/verl#7106"),
+    _entry("routes_widened_on_triton", "shard",
+           "a silent dtype change on the Triton/CUDA path: uint8 / int16 / int32 routes come "
+           "back int64 from the GPU gather (the CPU path keeps them)",
+           ("equivalence", "property:equal_tokens_per_rank", "pin:verl_7106_routes_per_rank"),
+           _shard_widened_on_triton),
+    _entry("routes_of_mirror_rank", "shard",
+           "a CP rank given its mirror rank's routes (cp - 1 - r) while its tokens are its own",
+           ("equivalence", "property:values_travel_with_tokens", "property:routes_per_rank",
+            "pin:verl_7106_routes_per_rank"),
+           _routes_of_mirror_rank),
     # flatten_micro_batch
     _entry("flatten_first_row_boundaries", "flatten_micro_batch",
            "the first row's cu_seqlens used for the whole micro-batch",

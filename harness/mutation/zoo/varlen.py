@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import torch
 from tensordict import TensorDict
 
+from batchproof import replay
 from batchproof.impl import varlen as _impl
 from batchproof.mutation.zoo import ZooEntry
 from batchproof.reference import varlen as _reference
@@ -24,6 +25,7 @@ _pack = _impl.pack_varlen
 _unpack = _impl.unpack_response_logprobs
 _unpad = _impl.unpad
 _repad = _impl.repad
+_repad_routes = _impl.repad_routes
 _logprobs = _impl.response_logprobs
 _oracle_unpack = _reference.unpack_response_logprobs
 _segments = _impl.packed_segments
@@ -380,6 +382,93 @@ def _forward_at_target(model, input_ids, position_ids, keep):
     return _forward(model, input_ids, position_ids, keep + 1)
 
 
+# --------------------------------------------------------------------------- router replay
+
+
+def _sample_slots(td) -> list[tuple[int, int, int]]:
+    """(offset, prompt length, response length) of every sample of a packed row."""
+    out, offset = [], 0
+    for p, r in zip(td["prompt_lengths"].tolist(), td["response_lengths"].tolist()):
+        out.append((offset, p, r))
+        offset += p + r
+    return out
+
+
+def _dummy_like(routes: torch.Tensor) -> torch.Tensor:
+    return torch.arange(routes.shape[-1], dtype=routes.dtype,
+                        device=routes.device).expand(routes.shape[-2:])
+
+
+def _routes_cut_at_prompt(td, prompts, responses, kwargs):
+    """Routes dropped by packing: each sample's captured routes kept for its prompt tokens only,
+    its response tokens given the dummy route (and the mask) as if nothing were captured."""
+    if "routed_experts" not in td.keys():
+        return td
+    routes, mask = td["routed_experts"].clone(), td["router_padding_mask"].clone()
+    for offset, p, r in _sample_slots(td):
+        routes[0, offset + p:offset + p + r] = _dummy_like(routes)
+        mask[0, offset + p:offset + p + r] = True
+    td["routed_experts"], td["router_padding_mask"] = routes, mask
+    return td
+
+
+def _zero_padding_routes(td, prompts, responses, kwargs):
+    """verl #7524's class: every slot without a captured route (tail pad, uncaptured tokens)
+    given the all-zero route (topk times expert 0) instead of the dummy route."""
+    if "routed_experts" in td.keys():
+        mask = td["router_padding_mask"][..., None, None]
+        td["routed_experts"] = torch.where(mask, torch.zeros_like(td["routed_experts"]),
+                                           td["routed_experts"])
+    return td
+
+
+def _routes_shifted_at_boundary(td, prompts, responses, kwargs):
+    """Each sample after the first placed from its offset - 1 (an offset counted from the end
+    of the previous sample inclusive): its first route lands on the previous sample's last
+    token, its last captured token gets the dummy route."""
+    if "routed_experts" not in td.keys():
+        return td
+    entries = [replay.as_tensor(e) for e in replay.entries_of(kwargs["routed_experts"])]
+    routes = _dummy_like(td["routed_experts"]).expand(td["routed_experts"].shape).clone()
+    mask = torch.ones_like(td["router_padding_mask"])
+    for k, ((offset, _, _), entry) in enumerate(zip(_sample_slots(td), entries)):
+        start = offset - 1 if k > 0 and offset > 0 else offset
+        routes[0, start:start + entry.shape[0]] = entry.to(routes.device)
+        mask[0, start:start + entry.shape[0]] = False
+    td["routed_experts"], td["router_padding_mask"] = routes, mask
+    return td
+
+
+def _support_in_sorted_order(td, prompts, responses, kwargs):
+    """Sample support concatenated longest response first (the order a length-sorting packer
+    visits the samples in) while the tokens keep the batch order."""
+    if "sample_support" not in td.keys():
+        return td
+    entries = [replay.as_tensor(e) for e in replay.entries_of(kwargs["sample_support"])]
+    order = sorted(range(len(entries)), key=lambda k: -entries[k].shape[0])
+    td["sample_support"] = torch.cat([entries[k] for k in order]).to(td["sample_support"].device)
+    return td
+
+
+def _repad_routes_with_zeros(routed_experts, indices, batch, seqlen, **kwargs):
+    """Routes repadded as any value is (flash-attn's pad_input): zeros at every slot without a
+    route, the mask True there."""
+    out = _repad_routes(routed_experts, indices, batch, seqlen, **kwargs)
+    mask = out["router_padding_mask"][..., None, None]
+    out["routed_experts"] = torch.where(mask, torch.zeros_like(out["routed_experts"]),
+                                        out["routed_experts"])
+    return out
+
+
+def _edited_td(edit: Callable) -> Callable:
+    """The correct packer, then `edit(td, prompts, responses, kwargs)` on its output."""
+
+    def replacement(prompts, responses, **kwargs):
+        return edit(_pack(prompts, responses, **kwargs), prompts, responses, kwargs)
+
+    return replacement
+
+
 NEGATIVE_CONTROLS: dict[str, Callable] = {
     "use_cache_default": _forward_with_cache,
     "all_ones_2d_mask": _forward_ones_mask,
@@ -434,6 +523,54 @@ _CROSS = ("equivalence", "property:samples_isolated", "pin:cross_sample_attentio
 _CROSS_SDPA = (*_CROSS, "pin:cross_sample_attention_sdpa")
 
 ENTRIES = [
+    ZooEntry(
+        name="varlen.routes_dropped_by_packing",
+        op="varlen", function="pack_varlen",
+        bug="routes dropped by packing: the response tokens' captured routes replaced by the "
+            "dummy route (each sample's routes cut at its prompt), so the trained tokens are "
+            "routed afresh instead of replayed",
+        killers=("equivalence", "property:routes_on_their_tokens",
+                 "pin:skyrl_1909_packed_route_arrays"),
+        replacement=_edited_td(_routes_cut_at_prompt),
+    ),
+    ZooEntry(
+        name="varlen.zero_filled_padding_routes",
+        op="varlen", function="pack_varlen",
+        bug="zero-filled padding routes: the tail pad and the uncaptured tokens sent topk "
+            "times to expert 0 (verl #7524, slime #822 / #1052): one distinct expert per slot, "
+            "a dropless dispatcher's tokens * topk broken",
+        killers=("equivalence", "property:dummy_routes_where_masked",
+                 "property:route_count_per_layer", "pin:slime_1052_padding_routes"),
+        replacement=_edited_td(_zero_padding_routes),
+    ),
+    ZooEntry(
+        name="varlen.route_shifted_at_sample_boundary",
+        op="varlen", function="pack_varlen",
+        bug="route shifted by one at a segment boundary: every sample after the first placed "
+            "from its offset - 1, its first route on the previous sample's last token",
+        killers=("equivalence", "property:routes_on_their_tokens",
+                 "pin:routes_across_sample_boundaries"),
+        replacement=_edited_td(_routes_shifted_at_boundary),
+    ),
+    ZooEntry(
+        name="varlen.support_in_sorted_order",
+        op="varlen", function="pack_varlen",
+        bug="sample support concatenated longest response first (a length-sorting packer's "
+            "order) while the tokens keep the batch order: support rows on other tokens",
+        killers=("equivalence", "property:support_on_response_tokens",
+                 "pin:support_on_response_tokens"),
+        replacement=_edited_td(_support_in_sorted_order),
+    ),
+    ZooEntry(
+        name="varlen.repad_routes_zero_filled",
+        op="varlen", function="repad_routes",
+        bug="zero-filled padding routes: routes repadded like any value (zeros at the pads, as "
+            "flash-attn's pad_input and verl's build_padding_routed_experts leave them)",
+        killers=("equivalence", "property:routes_scatter_back",
+                 "property:dummy_routes_where_masked", "property:route_count_per_layer",
+                 "pin:dummy_not_zeros"),
+        replacement=_repad_routes_with_zeros,
+    ),
     ZooEntry(
         name="varlen.empty_prompt_reads_previous_logit",
         op="varlen", function="pack_varlen",
