@@ -629,7 +629,7 @@ ROUTE_PINS = [
         _expect_routes([[[10, 11]], [[12, 13]], [[14, 15]], [[20, 21]], [[22, 23]], [[0, 1]],
                         [[30, 31]], [[32, 33]], [[34, 35]]],
                        [False] * 5 + [True] + [False] * 3)),
-    Pin("support_on_response_tokens",
+    Pin("skyrl_packed_support_rows",
         Case(([[1, 2], [3]], [[4], [5, 6]]), {"sample_support": [
             torch.tensor([[7, -1]], dtype=torch.int32),
             torch.tensor([[8, 9], [5, -1]], dtype=torch.int32)]}),

@@ -558,7 +558,7 @@ ENTRIES = [
         bug="sample support concatenated longest response first (a length-sorting packer's "
             "order) while the tokens keep the batch order: support rows on other tokens",
         killers=("equivalence", "property:support_on_response_tokens",
-                 "pin:support_on_response_tokens"),
+                 "pin:skyrl_packed_support_rows"),
         replacement=_edited_td(_support_in_sorted_order),
     ),
     ZooEntry(
