@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import random
 import sys
 from collections.abc import Callable
@@ -209,13 +210,13 @@ class GateError(Exception):
     """A usage error (exit 2): no baseline, runs that cannot be compared."""
 
 
-def load_run(path: Path) -> tuple[str, dict[str, dict[str, float]]]:
+def load_run(path: Path, what: str = "run") -> tuple[str, dict[str, dict[str, float]]]:
     """(the timer, {case id: {against: ratio}}) of a pytest-benchmark JSON file of the gate."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise GateError(f"no such run: {path} (`make bench-baseline` stores the baseline)") \
-            from None
+        hint = " (`make bench-baseline` stores it)" if what == "baseline" else ""
+        raise GateError(f"no {what} at {path}{hint}") from None
     except json.JSONDecodeError as error:
         raise GateError(f"{path} is not JSON: {error}") from None
     infos = [b.get("extra_info", {}) for b in data.get("benchmarks", [])]
@@ -321,6 +322,10 @@ def measure(json_path: Path, pytest_args: list[str]) -> int:
     writing its JSON to `json_path`; pytest's exit status."""
     import pytest
 
+    # the gate measures serially: started from an xdist worker (a test of the suite), the
+    # worker's variables would make pytest-benchmark switch itself off
+    for name in [name for name in os.environ if name.startswith("PYTEST_XDIST_")]:
+        del os.environ[name]
     json_path.parent.mkdir(parents=True, exist_ok=True)
     args = [str(BENCH_FILE), "-q", "-p", "no:xdist", "-p", "no:randomly", "-p", "no:cacheprovider",
             f"--benchmark-timer={TIMER}", f"--benchmark-json={json_path}",
@@ -331,7 +336,7 @@ def measure(json_path: Path, pytest_args: list[str]) -> int:
 def check_run(run: Path, baseline: Path, selection: bool) -> int:
     """Compare a stored run with the baseline, print the table and the verdict; exit status."""
     now_timer, now = load_run(run)
-    then_timer, then = load_run(baseline)
+    then_timer, then = load_run(baseline, "baseline")
     if now_timer != then_timer:
         raise GateError(f"the baseline ({baseline}) was measured with {then_timer}, this run "
                         f"with {now_timer}: ratios of different clocks are not compared")
