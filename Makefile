@@ -3,6 +3,9 @@
 #   make test        set up, then `pytest -n auto` in a shuffled order (TEST_SEED=N replays one)
 #   make zoo         set up, then the bug zoo's kill matrix (`batchproof mutate --zoo`)
 #   make bench       set up, then `batchproof bench`
+#   make bench-gate  set up, then the benchmark gate: each op's fast path against its reference
+#                    and its floor, as ratios, compared with benchmarks/gate_baseline.json
+#   make bench-baseline  set up, then measure and store that baseline (on a quiet machine)
 #   make downstream  set up, then the downstream example against batchproof's built wheel
 #   make frameworks  set up, then the framework matrix: every release with an adapter, each in
 #                    its own venv (kept under ~/.cache/batchproof/frameworks), checked
@@ -12,7 +15,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.batchproof-installed
 
-.PHONY: setup verify test zoo bench lint mutmut downstream frameworks clean
+.PHONY: setup verify test zoo bench bench-gate bench-baseline lint mutmut downstream frameworks clean
 
 setup: $(STAMP)
 
@@ -46,6 +49,13 @@ zoo: setup
 
 bench: setup
 	$(BIN)/batchproof bench
+
+# docs/performance.md, "The benchmark gate"
+bench-gate: setup
+	$(BIN)/python benchmarks/gate.py check
+
+bench-baseline: setup
+	$(BIN)/python benchmarks/gate.py baseline
 
 lint: setup
 	$(BIN)/ruff check harness reference impl tests benchmarks examples .ci
