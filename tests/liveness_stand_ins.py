@@ -273,6 +273,36 @@ def verl_preprocess_thd_engine(nested, cp_layout="zigzag", **kwargs) -> tuple:
     return local, PackedSeqParams(cu_padded), None
 
 
+class RouterReplay:
+    """verl's RouterReplay as the adapter uses it: every instance listed in `router_instances`,
+    its replay target in `target_topk_idx`."""
+
+    router_instances: list[RouterReplay] = []
+
+    def __init__(self) -> None:
+        self.target_topk_idx = None
+        RouterReplay.router_instances.append(self)
+
+
+def stand_in_moe_layers(layers: int) -> torch.nn.Module:
+    """In place of the adapter's `moe_layers` (Megatron's routers): `layers` objects with a
+    `router_replay`."""
+    decoder = torch.nn.Module()
+    decoder.routers = [types.SimpleNamespace(layer_number=number, router_replay=RouterReplay())
+                       for number in range(1, layers + 1)]
+    return decoder
+
+
+def verl_set_router_replay_data(batch, mask, tf_config, model) -> None:
+    """set_router_replay_data: this rank's share of the (S, max l, layers, topk) routes of the
+    real tokens (padded as verl pads, zeros at the pads), one layer's (n, topk) int64 target
+    written into each router's replay; returns nothing."""
+    rows = [batch[i][mask[i]] for i in range(batch.shape[0])]
+    local, _ = _share(rows, "zigzag")
+    for layer, router in enumerate(model.routers):
+        router.router_replay.target_topk_idx = local[0][:, layer].to(torch.int64)
+
+
 # --------------------------------------------------------------------------- TRL
 
 
@@ -452,6 +482,11 @@ def stand_ins() -> dict[str, StandIn]:
         "verl.no_padding_2_padding": StandIn(verl_no_padding_2_padding),
         "verl.cp_packed_seqs": StandIn(verl_preprocess_packed_seqs, (no_group, cp_rank)),
         "verl.cp_thd_engine": StandIn(verl_preprocess_thd_engine, (no_group, cp_rank)),
+        "verl.router_replay_data": StandIn(verl_set_router_replay_data, (
+            (verl_mcore, "replay_rank", stand_in_cp_rank),
+            (verl_mcore, "moe_layers", stand_in_moe_layers),
+            ("verl.utils.megatron.router_replay_patch", None,
+             _module("verl.utils.megatron.router_replay_patch", RouterReplay=RouterReplay)))),
         "trl.padding_free": StandIn(TrlLanguageModelingCollator),
         "trl.padding_free_packed": StandIn(TrlLanguageModelingCollator),
         "trl.grpo_pad": StandIn(trl_pad),

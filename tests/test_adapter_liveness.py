@@ -117,7 +117,8 @@ def _planted_twin(name: str, key: str):
 
 @pytest.mark.parametrize("name, key", [("skyrl.rl_batch_0_4", "attention_mask"),
                                        ("trl.grpo_pad", "loss_mask"),
-                                       ("skyrl.pack_sft_v0_4", "sub_seq_lengths")])
+                                       ("skyrl.pack_sft_v0_4", "sub_seq_lengths"),
+                                       ("verl.router_replay_data", "routed_experts")])
 def test_a_field_filled_from_the_inputs_is_dead(name: str, key: str) -> None:
     stand_in = STAND_INS[name]
     with stand_in.installed():

@@ -246,8 +246,11 @@ def test_the_python_api_replays(theirs) -> None:
     first = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
                  "no:randomly", "-p", "no:xdist", "test_user.py"], theirs, environment())
     assert first.returncode == 1, first.stdout
-    # pytest prints the assertion's text with its "E   " prefix
-    text = "\n".join(line.removeprefix("E").strip() for line in first.stdout.splitlines())
+    # pytest prints the assertion's text with its "E   " prefix; under CI=true its short test
+    # summary repeats the whole message (pytest truncates it only outside CI): the failure is
+    # read above that summary
+    traceback = first.stdout.split(" short test summary info ")[0]
+    text = "\n".join(line.removeprefix("E").strip() for line in traceback.splitlines())
     failure = failure_of(text)
     assert "--reproduce" in failure.replay and "--adapter-file" in failure.replay, failure
     again = run(shlex.split(failure.replay), theirs, environment())

@@ -197,6 +197,16 @@ class Adapter:
     # dependency: verl's Megatron helpers need megatron-core); without them `--impl FRAMEWORK`
     # leaves the adapter out with a note, and naming it with --adapter is batchproof's error
     needs: tuple[str, ...] = ()
+    # for a function that writes its output into an argument instead of returning it (verl's
+    # router-replay hand-over sets each router's replay target): `output_of(function)` is a
+    # function that calls it and returns what it wrote, as the framework left it (no
+    # conversion); `wrap` is then given that function. Adapter liveness corrupts what it
+    # returns, as it corrupts other functions' return values
+    output_of: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+
+    def framework_output(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """`function` as `wrap` is given it: itself, or `output_of(function)`."""
+        return function if self.output_of is None else self.output_of(function)
 
     def fits(self, version: str) -> bool:
         """Whether this adapter is for `version` of its distribution (any, without `versions`)."""
@@ -318,7 +328,7 @@ def _guarded(adapter: Adapter, function: Callable[..., Any]) -> Candidate:
             state["raised"] = err
             raise
 
-    wrapped = adapter.wrap(target)
+    wrapped = adapter.wrap(adapter.framework_output(target))
     # the framework's top-level package: an exception raised in its code (a class the wrapper
     # instantiates, then calls; a function the target returns) is the framework's too
     package = adapter.target.partition(":")[0].split(".")[0]

@@ -657,6 +657,9 @@ def _liveness(adapter: Adapter, function: Callable[..., Any], draws: int, pins: 
               confirm_examples: int) -> Liveness:
     from batchproof.adapters.runner import adapter_view
 
+    # a function that writes its output into an argument: what it wrote is its return value
+    function = adapter.framework_output(function)
+    adapter = dataclasses.replace(adapter, output_of=None)
     probe = Tap()
     candidate = adapter.wrap(tapped(function, probe))
     info = adapter_view(adapter)  # on its first input form only: the conversion is one

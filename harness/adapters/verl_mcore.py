@@ -306,15 +306,33 @@ def moe_layers(layers: int) -> torch.nn.Module:
     return decoder
 
 
-def replay_data_adapter(set_router_replay_data: Callable[..., Any]) -> Callable[..., Any]:
-    """The `wrap` of `verl.router_replay_data`: per rank, the padded row's routes of the real
-    tokens as verl's (S, max l, layers, topk) batch and attention mask, handed over by
-    `set_router_replay_data` to `moe_layers`; the rank's routes are the layers' replay targets
-    stacked back to (n, layers, topk) — Megatron's router takes int64 indices (its score
-    gather), which verl converts to at the hand-over: they come back in the routes' dtype."""
-    def shard(padded, *, cp_size, layout="zigzag", cp_rank=None):
+def replay_targets(set_router_replay_data: Callable[..., Any]) -> Callable[..., Any]:
+    """The `output_of` of `verl.router_replay_data`: verl's hand-over writes each MoE layer's
+    replay target into its router (nothing is returned). The function this gives takes verl's
+    (routes, attention_mask, tf_config) for `layers` MoE layers, hands them over to
+    `moe_layers(layers)` and returns the layers' replay targets, in layer order, as verl left
+    them (what Megatron's routers would read)."""
+    def targets(batch, mask, config, layers: int) -> list[torch.Tensor]:
         from verl.utils.megatron.router_replay_patch import RouterReplay
 
+        decoder = moe_layers(layers)
+        try:
+            set_router_replay_data(batch, mask, config, model=decoder)
+            return [router.router_replay.target_topk_idx for router in decoder.routers]
+        finally:
+            for router in decoder.routers:
+                RouterReplay.router_instances.remove(router.router_replay)
+
+    return targets
+
+
+def replay_data_adapter(targets: Callable[..., Any]) -> Callable[..., Any]:
+    """The `wrap` of `verl.router_replay_data`: per rank, the padded row's routes of the real
+    tokens as verl's (S, max l, layers, topk) batch and attention mask, handed over by verl
+    (`replay_targets`); the rank's routes are the layers' replay targets stacked back to
+    (n, layers, topk) — Megatron's router takes int64 indices (its score gather), which verl
+    converts to at the hand-over: they come back in the routes' dtype."""
+    def shard(padded, *, cp_size, layout="zigzag", cp_rank=None):
         cu = padded["cu_seqlens"].tolist()
         cu_padded = padded["cu_seqlens_padded"].tolist()
         routes = padded["routed_experts"]
@@ -324,14 +342,8 @@ def replay_data_adapter(set_router_replay_data: Callable[..., Any]) -> Callable[
         shares = []
         for rank in ranks:
             with replay_rank(cp_size, rank):
-                decoder = moe_layers(routes.shape[-2])
-                try:
-                    set_router_replay_data(batch, mask, config, model=decoder)
-                    targets = [router.router_replay.target_topk_idx for router in decoder.routers]
-                finally:
-                    for router in decoder.routers:
-                        RouterReplay.router_instances.remove(router.router_replay)
-            shares.append(torch.stack(targets, dim=1).to(routes.dtype))
+                layers = targets(batch, mask, config, routes.shape[-2])
+            shares.append(torch.stack(layers, dim=1).to(routes.dtype))
         return TensorDict({"routed_experts": torch.stack(shares)}, batch_size=[len(ranks)])
 
     return shard
@@ -405,6 +417,7 @@ ROUTER_REPLAY_DATA = register_adapter(Adapter(
     record="cp.shard",
     target="verl.utils.megatron.router_replay_utils:set_router_replay_data",
     wrap=replay_data_adapter,
+    output_of=replay_targets,
     distribution="verl",
     versions="~=0.9.1",
     needs=("megatron-core",),

@@ -514,14 +514,20 @@ def bad_align_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> Ba
 # --------------------------------------------------------------------------- input forms
 
 
+def _fresh(values, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """A new tensor of `values` (a list, or a tensor already: copied, never shared)."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().to(dtype=dtype, device=device, copy=True)
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
 def _tensor_example(ex: dict, device: str = "cpu", loss_dtype=torch.float64) -> dict:
     out = dict(ex)
-    out["input_ids"] = torch.tensor(ex["input_ids"], dtype=torch.int64, device=device)
+    out["input_ids"] = _fresh(ex["input_ids"], torch.int64, device)
     out["loss_mask"] = torch.tensor([float(v) for v in ex["loss_mask"]], dtype=loss_dtype,
                                     device=device)
     if "attention_mask" in ex:
-        out["attention_mask"] = torch.tensor(ex["attention_mask"], dtype=torch.int64,
-                                             device=device)
+        out["attention_mask"] = _fresh(ex["attention_mask"], torch.int64, device)
     return out
 
 
