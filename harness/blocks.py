@@ -191,6 +191,23 @@ def jagged(rows: list[list], dtype: torch.dtype, device: str | torch.device = "c
         lengths=row_lengths.to(device) if holes else None)
 
 
+def jagged_of_tensors(rows: list[torch.Tensor], dtype: torch.dtype,
+                      device: str | torch.device = "cpu", *, holes: bool = False
+                      ) -> torch.Tensor:
+    """`jagged` of rows that are tensors already, their values kept bit for bit (a NaN's
+    payload too: `jagged` goes through Python floats, which keep no float16 or bfloat16 NaN
+    payload)."""
+    filler = [torch.full((1,), HOLE, dtype=dtype)] if holes else []
+    row_lengths = torch.tensor([row.shape[0] for row in rows], dtype=torch.int64)
+    offsets = torch.zeros(len(rows) + 1, dtype=torch.int64)
+    offsets[1:] = torch.cumsum(row_lengths + len(filler), 0)
+    parts = [part for row in rows for part in (row.detach().to(dtype), *filler)]
+    flat = torch.cat(parts) if parts else torch.zeros(0, dtype=dtype)
+    return torch.nested.nested_tensor_from_jagged(
+        flat.to(device), offsets=offsets.to(device),
+        lengths=row_lengths.to(device) if holes else None)
+
+
 # --------------------------------------------------------------------------- several defects
 
 

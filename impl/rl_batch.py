@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from batchproof.impl import _pages as pages
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows
 from batchproof.impl._jagged import rows_of, without_holes
@@ -173,8 +174,12 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
 
         input_ids row i:  [pad ... pad | prompt_i | response_i]   packed at i*T + start_i
 
+    A per-token argument may also be a list of 1-D real CPU tensors (a float16 loss mask beside
+    list tokens): each row is converted as the reference reads it (`.float()`, signaling NaNs
+    made quiet) and copied into its place.
+
     Returns None (the general path then raises the reference's error, in the reference's order)
-    unless every argument is a list of lists with the right counts and lengths.
+    unless every argument is a list of lists (or tensor rows) with the right counts and lengths.
     """
     if not fast_paths(device) or not (plain_rows(prompts) and plain_rows(responses)):
         return None
@@ -184,9 +189,15 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
     p_len = np.fromiter(map(len, prompts), dtype=np.int64, count=batch)
     r_len = np.fromiter(map(len, responses), dtype=np.int64, count=batch)
     given = {key: rows for key, rows in per_token_args.items() if rows is not None}
-    for rows in given.values():
-        if not plain_rows(rows) or len(rows) != batch or not np.array_equal(
-                np.fromiter(map(len, rows), dtype=np.int64, count=batch), r_len):
+    tensor_rows = set()
+    for key, rows in given.items():
+        if not isinstance(rows, (list, tuple)) or len(rows) != batch:
+            return None
+        if _cpu_value_rows(rows):
+            tensor_rows.add(key)
+        elif not plain_rows(rows):
+            return None
+        if not np.array_equal(np.fromiter(map(len, rows), dtype=np.int64, count=batch), r_len):
             return None
     n_len = p_len + r_len
     max_prompt, max_response = int(p_len.max()), int(r_len.max())
@@ -201,10 +212,31 @@ def _write_lists(prompts, responses, per_token_args, pad_token_id, layout, devic
         _pack_rows(input_ids, "q", responses, np.arange(batch) * width + start + p_len)
         for key, rows in given.items():
             written[key] = _filled((batch, max_response), torch.float32, 0)
-            _pack_rows(written[key], "f", rows, np.arange(batch) * max_response + r_start)
+            firsts = np.arange(batch) * max_response + r_start
+            if key in tensor_rows:
+                _copy_value_rows(written[key], rows, firsts)
+            else:
+                _pack_rows(written[key], "f", rows, firsts)
     except (struct.error, TypeError, OverflowError):
         return None
     return written
+
+
+def _cpu_value_rows(rows) -> bool:
+    """Rows that are all 1-D real, strided CPU tensors (what `_copy_value_rows` copies)."""
+    return all(isinstance(row, torch.Tensor) and row.dim() == 1 and not row.is_complex()
+               and row.layout == torch.strided and row.device.type == "cpu" for row in rows)
+
+
+def _copy_value_rows(out: torch.Tensor, rows, first_elements: np.ndarray) -> None:
+    """Row k's values, as float32, at element first_elements[k] of `out` (then every signaling
+    NaN made quiet, as the reference's Python floats make it)."""
+    flat = out.view(-1).numpy()
+    for row, first in zip(rows, first_elements.tolist()):
+        flat[first:first + row.shape[0]] = row.detach().resolve_neg().to(torch.float32).numpy()
+    quiet = quieted(out)
+    if quiet is not out:
+        out.copy_(quiet)
 
 
 def _filled(shape: tuple[int, int], dtype: torch.dtype, value) -> torch.Tensor:
@@ -212,7 +244,7 @@ def _filled(shape: tuple[int, int], dtype: torch.dtype, value) -> torch.Tensor:
     write their outputs on one thread: torch's intra-op threads gain a few percent there and
     lose a quarter beside a busy neighbour (docs/performance.md, "Per core and on a busy
     host")."""
-    out = torch.empty(shape, dtype=dtype)
+    out = pages.take(shape, dtype)
     out.numpy().fill(value)
     return out
 
@@ -250,7 +282,7 @@ def _window_rows(base: torch.Tensor, width: int, counts: torch.Tensor) -> torch.
     where the row copies take 1.8, one thread each); elsewhere `index_select` does."""
     if fast_paths(base.device):  # a row copy each: ~7x faster than index_select on a window
         took("cpu:rl_batch._window_rows")
-        out = torch.empty((counts.numel(), width), dtype=base.dtype)
+        out = pages.take((counts.numel(), width), base.dtype)
         windows = np.lib.stride_tricks.sliding_window_view(base.numpy(), width)
         rows = out.numpy()
         for row, count in enumerate(counts.tolist()):
@@ -426,7 +458,8 @@ def _flatten_values(values, name, r_len, device, verdicts: Verdicts, allow_scala
             lengths = torch.diff(values.offsets()).to(device)
             _check_count(lengths.numel(), r_len.numel(), name)
             _check_lengths(lengths, r_len, name, verdicts)
-            return _Values(values.values().detach().to(device=device, dtype=torch.float32))
+            return _Values(quieted(values.values().detach().to(device=device,
+                                                               dtype=torch.float32)))
         values = rows_of(values)  # values() holds holes: read its rows, as the reference
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise TypeError(f"{name} must be a list with one entry per sample, "
@@ -446,7 +479,42 @@ def _flatten_values(values, name, r_len, device, verdicts: Verdicts, allow_scala
         else:
             _check_lengths(host_put(lengths, device=device), r_len, name, verdicts)
             return _Values(host_put(flat, device=device))
+    if kinds and all(issubclass(k, torch.Tensor) for k in kinds):
+        flat = _tensor_rows_flat(values, device)
+        if flat is not None:
+            lengths = host_put([row.shape[0] for row in values], dtype=torch.int64,
+                               device=device)
+            _check_lengths(lengths, r_len, name, verdicts)
+            return _Values(flat)
     return _flatten_mixed(values, name, r_len, device, allow_scalar)
+
+
+def _tensor_rows_flat(rows, device) -> torch.Tensor | None:
+    """1-D real tensor rows as one flat float32 tensor on `device` (each row converted as the
+    reference reads it, `.float()`), or None for anything else — a scalar row, another rank, a
+    complex or jagged row — which the row-by-row path reads and rejects as the reference does."""
+    for row in rows:
+        if row.dim() != 1 or row.is_complex() or row.layout != torch.strided:
+            return None
+    if not rows:
+        return None
+    return quieted(torch.cat([row.detach().to(device=device, dtype=torch.float32)
+                              for row in rows]))
+
+
+_QUIET_BIT = 1 << 22  # of a float32 NaN: set in a quiet NaN, clear in a signaling one
+
+
+def quieted(flat: torch.Tensor) -> torch.Tensor:
+    """Float32 values as the reference reads them: each through a Python float, which turns a
+    signaling NaN into the quiet NaN of the same payload (its quiet bit set) and keeps every
+    other value, bit for bit. `flat` itself where it holds no NaN (on the CPU fast paths,
+    looked for in one read-only pass); elsewhere a new tensor (the device-generic code CUDA
+    runs: always, so that nothing is read back)."""
+    if fast_paths(flat.device) and not bool(flat.isnan().any()):
+        return flat
+    bits = flat.view(torch.int32)
+    return torch.where(flat.isnan(), bits | _QUIET_BIT, bits).view(torch.float32)
 
 
 _PLAIN_NUMBERS = {float, int, bool}  # bool: 0.0 / 1.0, as the reference reads it

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from batchproof.impl import _pages as pages
 from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows, small_int_rows
 from batchproof.impl._jagged import rows_of, without_holes
@@ -439,7 +440,7 @@ def _write_lists(prompts, responses, pad_to_multiple: int, pad_token_id: int, de
         kinds |= set(map(type, itertools.chain.from_iterable(responses)))
         if not kinds <= {int}:
             return None
-    input_ids = torch.empty(total, dtype=torch.int64)
+    input_ids = pages.take((total,), torch.int64)
     input_ids[real:] = pad_token_id
     if small is not None:  # the packed order: prompt_0 response_0 prompt_1 ...
         input_ids[:real] = torch.from_numpy(small)

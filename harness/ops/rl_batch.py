@@ -86,9 +86,11 @@ def _is_row(values) -> bool:
 
 
 def _as_float32(values) -> torch.Tensor:
-    """A row of values rounded to float32 as the contract does (torch.tensor(v, float32))."""
+    """A row of values rounded to float32 as the contract does (torch.tensor(v, float32)); a
+    tensor row read as the reference reads it, each value through a Python float (a signaling
+    NaN becomes quiet)."""
     if isinstance(values, torch.Tensor):
-        return values.detach().to(torch.float32)
+        return torch.tensor(values.detach().float().tolist(), dtype=torch.float32)
     return torch.tensor(values, dtype=torch.float32)
 
 
@@ -232,8 +234,9 @@ def _to_jagged(case: Case, device: str = "cpu", holes: bool = False) -> Case:
         if value is not None and all(isinstance(v, list) for v in value):
             kwargs[name] = hs.jagged(value, torch.float32, device, holes=holes)
         elif value is not None and all(isinstance(v, torch.Tensor) for v in value):
-            dtype = value[0].dtype if len({v.dtype for v in value}) == 1 else torch.float32
-            kwargs[name] = hs.jagged([v.tolist() for v in value], dtype, device, holes=holes)
+            rows = list(value.unbind(0)) if isinstance(value, torch.Tensor) else list(value)
+            dtype = rows[0].dtype if len({v.dtype for v in rows}) == 1 else torch.float32
+            kwargs[name] = hs.jagged_of_tensors(rows, dtype, device, holes=holes)
     return Case((hs.jagged(prompts, torch.int64, device, holes=holes),
                  hs.jagged(responses, torch.int64, device, holes=holes)), kwargs)
 
@@ -407,6 +410,17 @@ def prop_alignment(case: Case, td) -> None:
                     f"row {i}: {key} {row.tolist()} != {want.tolist()} (bitwise)")
 
 
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and bits (a NaN equals the NaN of the same bits: torch.equal says a
+    NaN equals nothing)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        holder = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return torch.equal(a.contiguous().view(holder), b.contiguous().view(holder))
+    return torch.equal(a, b)
+
+
 def prop_permutation(case: Case, td, candidate) -> None:
     """Property 5: permuting the samples permutes the rows and nothing else."""
     prompts, responses = case.args
@@ -419,7 +433,7 @@ def prop_permutation(case: Case, td, candidate) -> None:
     index = torch.tensor(order)
     for key in td.keys():
         if not td.is_non_tensor(key):
-            _assert(torch.equal(permuted[key], td[key][index]), f"{key}: rows not permuted")
+            _assert(_same_bits(permuted[key], td[key][index]), f"{key}: rows not permuted")
 
 
 def prop_layouts_agree(case: Case, td, candidate) -> None:
@@ -492,7 +506,32 @@ def _expect_literal(key: str, rows: list):
     return expect
 
 
+def _signaling_nans(dtype: torch.dtype, *others: float) -> torch.Tensor:
+    """A row whose first value is a signaling NaN of `dtype` (its quiet bit clear), then
+    `others`."""
+    bits = {torch.float32: (0x7F800001, torch.int32), torch.float16: (0x7C01, torch.int16),
+            torch.bfloat16: (0x7F81, torch.int16)}
+    pattern, holder = bits[dtype]
+    nan = torch.tensor([pattern], dtype=holder).view(dtype)
+    return torch.cat([nan, torch.tensor(others, dtype=dtype)])
+
+
+SIGNALING_NANS = Case(
+    ([[1], [2, 3]], [[4, 5], [6]]),
+    {"pad_token_id": 0, "rewards": [_signaling_nans(torch.float32, 0.5), _signaling_nans(
+        torch.float32)], "loss_masks": [_signaling_nans(torch.float16, 1.0),
+                                        torch.tensor([1.0], dtype=torch.float16)],
+     "logprobs": torch.nested.nested_tensor([_signaling_nans(torch.bfloat16, -1.0),
+                                             torch.tensor([-0.5], dtype=torch.bfloat16)],
+                                            layout=torch.jagged)})
+
 BUILD_PINS = [
+    Pin("signaling_nan_values", SIGNALING_NANS,
+        "a signaling NaN in a tensor row of per-token values (float32, float16, a bfloat16 "
+        "jagged row) is read as the reference reads every value, through a Python float: the "
+        "quiet NaN of the same payload. The impl copied the tensors' bits as they were (the "
+        "jagged path, and the tensor rows path added 2026-12-01), a bit-for-bit difference no "
+        "strategy drew (drawn values come from Python floats, quiet already)"),
     Pin("two_segment_width_inflation", ANTI_CORRELATED,
         "legacy layout padded prompts and responses separately: width max p + max r (10 here) "
         "instead of max(p + r) = 6 on anti-correlated multi-turn lengths (SkyRL #1285)",

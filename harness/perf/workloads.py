@@ -67,8 +67,15 @@ def write_floor(shapes_and_dtypes, device="cpu") -> list[torch.Tensor]:
 
     The outputs are kept alive together and returned, as an op's outputs are: freeing each one
     right after writing it would let the allocator hand the same warm pages to the next one, a
-    speed no op that returns all its outputs can reach.
+    speed no op that returns all its outputs can reach. On the CPU they are taken as the ops'
+    CPU fast paths take theirs (`impl._pages`: the pages a freed output leaves are written again
+    by the next call), so the floor is the write itself in every process, whatever the C
+    library's allocator would have done.
     """
+    if torch.device(device).type == "cpu":
+        from batchproof.impl import _pages
+
+        return [_pages.take(shape, dtype).fill_(1) for shape, dtype in shapes_and_dtypes]
     return [torch.empty(shape, dtype=dtype, device=device).fill_(1)
             for shape, dtype in shapes_and_dtypes]
 
@@ -92,6 +99,15 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
                       dtypes=[np.int64, np.int64, np.float32, np.float32, np.float32])
         return write_floor(outputs)
 
+    # the record's other accepted input forms, beside the lists and the jagged tensors: rows as
+    # 1-D tensors (int64 tokens, float32 values), and list rows with the per-token values as
+    # tensors (a float16 loss mask, as a trainer keeps one)
+    t_prompts = [torch.tensor(row, device=device) for row in prompts]
+    t_responses = [torch.tensor(row, device=device) for row in responses]
+    t_values = {name: [torch.tensor(row, dtype=torch.float32, device=device) for row in rows]
+                for name, rows in per_token.items()}
+    half_masks = {**per_token, "loss_masks": [torch.tensor(row, dtype=torch.float16)
+                                              for row in per_token["loss_masks"]]}
     variants = {
         "reference": lambda: reference.build_rl_batch(prompts, responses, pad_token_id=0,
                                                       **per_token),
@@ -100,8 +116,13 @@ def rl_batch_workload(batch: int = 1024, device: str = "cpu", seed: int = 0) -> 
         "floor (lists)": list_floor,
         "impl (jagged)": lambda: impl.build_rl_batch(j_prompts, j_responses, pad_token_id=0,
                                                      device=device, **jagged),
+        "impl (tensors)": lambda: impl.build_rl_batch(t_prompts, t_responses, pad_token_id=0,
+                                                      device=device, **t_values),
         "floor (output write)": lambda: write_floor(outputs, device),
     }
+    if device == "cpu":  # lists with tensor values: the CPU's lists form, one argument aside
+        variants["impl (lists, float16 loss masks)"] = lambda: impl.build_rl_batch(
+            prompts, responses, pad_token_id=0, **half_masks)
     if device == "cpu":  # the strong baseline: NumPy per-row slice assignment
         from batchproof.perf.baselines import numpy_rows_rl_batch
 

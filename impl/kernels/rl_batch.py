@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from batchproof.impl import _pages as pages
 from batchproof.impl import kernels
 from batchproof.impl._paths import took
 
@@ -71,9 +72,9 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
     loss mask)."""
     took("numba:rl_batch.write_rows")
     batch = p_len.numel()
-    out = {name: torch.empty((batch, width), dtype=torch.int64)
+    out = {name: pages.take((batch, width), torch.int64)
            for name in ("input_ids", "attention_mask", "position_ids")}
-    out["response_mask"] = out["input_ids"].new_empty((batch, max_response))
+    out["response_mask"] = pages.take((batch, max_response), torch.int64)
     modes, flats, dense = [], [], []
     for name, flat in values.items():
         if flat is None and name != ones:
@@ -81,7 +82,7 @@ def write_rows(p_flat, p_len, r_flat, r_len, start, r_start, width: int, max_res
             flats.append(_NO_VALUES)
             dense.append(_NO_ROWS)
             continue
-        out[name] = out["input_ids"].new_empty((batch, max_response), dtype=torch.float32)
+        out[name] = pages.take((batch, max_response), torch.float32)
         modes.append(ONES if flat is None else COPY)
         flats.append(_NO_VALUES if flat is None else flat.contiguous().numpy().view(np.int32))
         dense.append(out[name].numpy().view(np.int32))

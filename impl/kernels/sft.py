@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from batchproof.impl import _pages as pages
 from batchproof.impl import kernels
 from batchproof.impl._paths import took
 from batchproof.reference.sft import exact_sum
@@ -137,8 +138,8 @@ def collate(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: torch
         everything = np.arange(lengths.shape[0])
         scale = _scale(loss_flat, loss_off, everything, actions)
     n, width, response = lengths.shape[0], int(lengths.max()), int(actions.max())
-    ids, attention = (torch.empty((n, width), dtype=torch.int64) for _ in range(2))
-    loss = torch.empty((n, response), dtype=torch.float32)
+    ids, attention = (pages.take((n, width), torch.int64) for _ in range(2))
+    loss = pages.take((n, response), torch.float32)
     attention_flat = attention_mask.numpy() if attention_mask is not None else _ALL_ONES
     kernels.use_threads()
     _write_collated(input_ids.numpy(), ids_off, loss_flat, loss_off, attention_flat,
@@ -158,8 +159,8 @@ def write_rows(input_ids: torch.Tensor, ids_offsets: torch.Tensor, loss_mask: to
     order = np.asarray(order)  # Python ints: int64
     offsets, row_first, targets = (t.numpy() for t in (offsets, row_first, targets))
     scale = _scale(loss_flat, loss_off, order, targets)
-    out = [torch.empty((n_rows, width), dtype=torch.int64) for _ in range(3)]
-    out.append(torch.empty((n_rows, width - 1), dtype=torch.float32))
+    out = [pages.take((n_rows, width), torch.int64) for _ in range(3)]
+    out.append(pages.take((n_rows, width - 1), torch.float32))
     kernels.use_threads()
     _write_rows(input_ids.numpy(), ids_off, loss_flat, loss_off, order, offsets, row_first,
                 targets, pad_token_id, scale, *(t.numpy() for t in out))

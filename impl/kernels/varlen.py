@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from batchproof.impl import _pages as pages
 from batchproof.impl import kernels
 from batchproof.impl._paths import took
 
@@ -53,9 +54,9 @@ def write_samples(p_flat, p_len, r_flat, r_len, total: int, pad_token_id: int,
     took("numba:varlen.write_samples")
     p_off, r_off, offsets = map(kernels.offsets, (p_len, r_len, p_len + r_len))
     copy_tokens = input_ids is None
-    ids = torch.empty(total, dtype=torch.int64) if copy_tokens else input_ids
-    positions = torch.empty(total, dtype=torch.int64)
-    per_response = [torch.empty(int(r_off[-1]), dtype=torch.int64) for _ in range(3)]
+    ids = pages.take((total,), torch.int64) if copy_tokens else input_ids
+    positions = pages.take((total,), torch.int64)
+    per_response = [pages.take((int(r_off[-1]),), torch.int64) for _ in range(3)]
     kernels.use_threads()
     _write_samples(p_flat.contiguous().numpy(), r_flat.contiguous().numpy(), p_off, r_off,
                    offsets, pad_token_id, ids.numpy(), positions.numpy(),

@@ -459,6 +459,17 @@ ENTRIES = [
     _choice("oracle_warns_at_max_seq_len",
             "max_seq_len an inclusive limit: T == max_seq_len warns too",
             ("property:max_seq_len_only_warns",), _warns_at_max_seq_len),
+    ZooEntry(
+        name="rl_batch.signaling_nan_kept",
+        op="rl_batch", function="build_rl_batch",
+        bug="per-token values given as tensors copied bit for bit: a signaling NaN stays "
+            "signaling where the reference, reading each value as a Python float, makes it "
+            "quiet (batchproof's own impl until 2026-12-01: the jagged and tensor-rows paths)",
+        reference="batchproof (issue 39)",
+        killers=("pin:signaling_nan_values",),
+        replacement=lambda flat: flat,
+        target="quieted",
+    ),
     _dispatch("numba_kernel_never_dispatched",
               "the Numba kernel's dispatch condition always false: tensors and jagged rows "
               "take the torch composition (equal outputs, a slower op)", ("paths:kernel",),
