@@ -49,12 +49,12 @@ def test_sft(benchmark, function, variant):
 
 def main(rounds: int = 7) -> None:
     """The ratio table, every variant timed in one process (as `batchproof bench` does)."""
-    from batchproof.perf.bench import ratios, time_variants
+    from batchproof.perf.bench import medians, ratios, time_variants
 
     torch.set_num_threads(1)
     for name in WORKLOADS:
         workload = _workload(name)
-        best = time_variants(workload, rounds, "cpu")
+        best = medians(time_variants(workload, rounds, "cpu"))  # the median of the rounds
         print(f"\nsft.{name} — {workload.size}, {workload.output_bytes / 1e6:.0f} MB of outputs")
         for variant, text in ratios(best).items():
             print(f"  {variant:22s} {best[variant] * 1e3:9.1f} ms   {text}")

@@ -258,3 +258,77 @@ def _alive(pid: int) -> bool:
     except (OSError, StopIteration):
         return False
     return " Z " not in state + " " and "zombie" not in state
+
+
+# --------------------------------------------------------------------------- a user's processes
+
+
+def test_timings_are_medians_over_processes_with_their_spread() -> None:
+    """Each process's median; the median of those; the spread is the fastest and the slowest
+    process (in one process: its fastest and slowest round). A variant timed in the first
+    process only (the reference) is over that one."""
+    timed = bench.timings([{"impl": [1.0, 5.0, 2.0], "reference": [9.0]},
+                           {"impl": [4.0, 3.0, 3.0]},
+                           {"impl": [7.0, 8.0, 6.0]}])
+    assert timed["impl"].per_process == [2.0, 3.0, 7.0]
+    assert (timed["impl"].median, timed["impl"].low, timed["impl"].high) == (3.0, 2.0, 7.0)
+    assert timed["reference"].per_process == [9.0] and timed["reference"].median == 9.0
+    alone = bench.timings([{"impl": [1.0, 5.0, 2.0]}])["impl"]
+    assert (alone.median, alone.low, alone.high) == (2.0, 1.0, 5.0)
+
+
+def test_a_peers_ratio_is_taken_in_each_process() -> None:
+    """What a user's process sees: the peer against the impl in the same process, never the
+    median of one against the median of the other."""
+    ratios = bench.lists_ratios([
+        {"impl (lists)": [1.0, 1.0, 1.0], "peer (lists)": [2.0, 2.0, 2.0], "impl (jagged)": [9.0]},
+        {"impl (lists)": [2.0, 2.0, 2.0], "peer (lists)": [2.0, 3.0, 2.0]}])
+    assert ratios == {"peer (lists)": [2.0, 1.0]}
+
+
+def test_the_input_forms_are_held_against_the_fastest() -> None:
+    line = bench.forms_line({"impl (lists)": 2.0, "impl (jagged)": 1.0, "floor (lists)": 0.5,
+                             "impl torch path (jagged)": 0.1, "impl (tensors)": 45.0})
+    assert line == ("input forms against the fastest: (jagged) 1.00x, (lists) 2.00x, "
+                    "(tensors) 45.00x")
+    assert bench.forms_line({"impl": 1.0, "floor (copy)": 0.5}) is None
+
+
+def test_each_process_is_fresh_and_reports_its_own_rounds(tmp_path) -> None:
+    """`processes=2`: two new processes, each its own median; the reference in the first
+    only; the JSON keeps every process's median."""
+    path = tmp_path / "bench.json"
+    assert bench.main(ops=["rl_batch"], quick=True, processes=2, json_path=str(path)) == 0
+    entry = json.loads(path.read_text())["rl_batch"]
+    assert entry["processes"] == 2 and entry["pages"] == "system"
+    assert len(entry["per_process"]["impl (lists)"]) == 2
+    assert len(entry["per_process"]["reference"]) == 1
+    low, high = entry["spread"]["impl (lists)"]
+    assert low <= entry["seconds"]["impl (lists)"] <= high
+
+
+def test_a_measuring_process_that_fails_is_batchproofs_error(capsys) -> None:
+    spec = bench._spec("no_such_workload", {}, "cpu", 1, True, "default", "system")
+    with pytest.raises(RuntimeError, match="measuring process 1 of 1 for no_such_workload "
+                                           "exited with 1: .*KeyError"):
+        bench.measure_in_fresh_processes(spec, 1)
+
+
+def test_one_condition_per_core(tmp_path) -> None:
+    path = tmp_path / "per_core.json"
+    assert bench.main(ops=["rl_batch"], quick=True, json_path=str(path), per_core_mode=True,
+                      conditions=["quiet-1"]) == 0
+    (entry,) = json.loads(path.read_text()).values()
+    (condition,) = entry["conditions"].values()
+    assert condition["condition"] == "quiet-1" and condition["threads"] == 1
+    assert condition["spinning"] == 0 and entry["processes"] == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"processes": 0}, "--processes must be at least 1"),
+    ({"conditions": ["quiet"]}, "--condition chooses the conditions of --per-core"),
+    ({"conditions": ["loud"], "per_core_mode": True}, r"--condition must be one of"),
+])
+def test_processes_and_conditions_are_validated(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        bench.main(ops=["rl_batch"], **kwargs)

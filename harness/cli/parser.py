@@ -148,10 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="h100: trainer scale from jagged device tensors (B = 8192, prompts up to "
                         "2048, responses up to 14336 tokens; rl_batch and varlen), impl vs its "
                         "torch path vs the write floor (docs/performance.md)")
-    p.add_argument("--pages", default="warm", choices=["warm", "system"],
-                   help="warm (default): glibc keeps freed memory, so outputs land on pages "
-                        "already mapped, as in a long-running trainer; system: glibc's own "
-                        "thresholds (large outputs may get fresh pages and page faults)")
+    p.add_argument("--pages", default="system", choices=["warm", "system"],
+                   help="system (default): the C library's allocator as a user's process has "
+                        "it; warm: glibc told to keep freed memory in each measuring process "
+                        "(to compare with: no user's process does this)")
+    p.add_argument("--processes", type=int, metavar="N",
+                   help="time each workload in N fresh processes and report the median of "
+                        "their medians and their spread (default 5 on the CPU; 1 with --quick, "
+                        "--device cuda or --scale h100: in this process)")
     p.add_argument("--batch", type=int, action="append", metavar="B",
                    help="the batch size of the default-scale workloads (repeatable; default "
                         "each workload's own, 1024 for rl_batch)")
@@ -160,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "here that return the impl's output, quiet and beside a spinning "
                         "process on every other core, with torch's threads and with one "
                         "(docs/performance.md)")
+    p.add_argument("--condition", action="append", choices=["quiet", "quiet-1", "busy", "busy-1"],
+                   help="--per-core: only this condition (quiet or busy host; -1: one "
+                        "thread); repeatable; default all four")
     p = sub.add_parser("fuzz", help="HypoFuzz over every searched check, on every core, until "
                                     "stopped (needs batchproof[fuzz])")
     p.add_argument("--op", action="append", metavar="NAME", help=OP_HELP)

@@ -1,9 +1,17 @@
 """`batchproof bench`: reference vs impl vs the floor, as ratios measured in one run.
 
-Each workload (see `harness.workloads`) has named variants; every variant is timed in the same
-process, interleaved round by round, and the table reports each variant's best time and its ratio
-to the floor of its input form. GPU timings synchronize the device. Ratios, not absolute times, are
-what to compare: these machines are noisy.
+Each workload (see `batchproof.perf.workloads`) has named variants; every variant is timed in the
+same process, interleaved round by round, and the table reports each variant's median time and
+its ratio to the floor of its input form. GPU timings synchronize the device. Ratios, not
+absolute times, are what to compare: these machines are noisy.
+
+Measured as a user's process runs: by default each CPU workload is timed in several fresh
+processes (`processes`, `python -m batchproof.perf.bench SPEC` each), none of which tunes the C
+library's allocator, and the table gives the median of the processes' medians with their spread
+(the slowest and the fastest process), never the best. Where an op's speed depends on the
+process (where its outputs' pages come from: docs/performance.md, "In a user's process"), the
+spread shows it. `pages="warm"` (glibc told to keep freed memory in each measuring process) is
+there to compare with, not what a user's process gets.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import ctypes.util
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -80,9 +89,17 @@ def _device_form(name: str) -> bool:
 
 
 def time_variants(workload: workloads.Workload, rounds: int, device: str,
-                  slow: tuple[str, ...] = ("reference",), progress=None) -> dict[str, float]:
-    """Best wall time per variant; slow variants (the reference) run once."""
-    best = {name: float("inf") for name in workload.variants}
+                  slow: tuple[str, ...] = ("reference",), progress=None
+                  ) -> dict[str, list[float]]:
+    """The wall time of every round of each variant, the variants interleaved round by round;
+    slow variants (the reference) run once. Each other variant is called once before, untimed:
+    a first call compiles a kernel or loads it from Numba's cache, no call a user's loop
+    repeats."""
+    samples: dict[str, list[float]] = {name: [] for name in workload.variants}
+    for name, fn in workload.variants.items():
+        if name not in slow:
+            fn()
+    _sync(device)
     for round_index in range(rounds):
         for name, fn in workload.variants.items():
             if name in slow and round_index > 0:
@@ -91,10 +108,15 @@ def time_variants(workload: workloads.Workload, rounds: int, device: str,
             start = time.perf_counter()
             fn()
             _sync(device)
-            best[name] = min(best[name], time.perf_counter() - start)
+            samples[name].append(time.perf_counter() - start)
             if progress:
                 progress()
-    return best
+    return samples
+
+
+def medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    """The median of each variant's samples."""
+    return {name: statistics.median(values) for name, values in samples.items() if values}
 
 
 def _sync(device: str) -> None:
@@ -170,7 +192,10 @@ def busy_neighbours(busy: bool) -> Iterator[int]:
             spinner.wait()
 
 
-CONDITIONS = (("quiet", None), ("quiet", 1), ("busy", None), ("busy", 1))
+# per-core conditions (`--condition`): a quiet or busy host, torch's threads or one
+CONDITIONS = {"quiet": ("quiet", None), "quiet-1": ("quiet", 1), "busy": ("busy", None),
+              "busy-1": ("busy", 1)}
+PROCESSES = 5  # fresh processes per CPU workload unless asked otherwise (docs/performance.md)
 
 
 def per_core_variants(workload: workloads.Workload) -> tuple[dict[str, Callable], list[str]]:
@@ -191,48 +216,187 @@ def per_core_variants(workload: workloads.Workload) -> tuple[dict[str, Callable]
     return chosen, notes
 
 
-def per_core(workload: workloads.Workload, rounds: int, progress=None) -> dict[str, dict]:
-    """Best time of every per-core variant in each condition (quiet / busy host, torch's
-    threads / one thread), each condition interleaved round by round."""
+def per_core(workload: workloads.Workload, rounds: int, conditions=tuple(CONDITIONS),
+             progress=None) -> tuple[dict[str, dict], list[str]]:
+    """Every round of every per-core variant in each condition (`CONDITIONS`: quiet / busy
+    host, torch's threads / one thread), each condition interleaved round by round; and the
+    notes on peers not timed."""
     variants, notes = per_core_variants(workload)
-    for note in notes:
-        console.print(note)
     timed = dataclasses.replace(workload, variants=variants)
     results = {}
-    for host, count in CONDITIONS:
+    for key in conditions:
+        host, count = CONDITIONS[key]
         with busy_neighbours(host == "busy") as spinning, threads(count) as in_force:
             label = (f"{host}, 1 thread" if count == 1 else
                      f"{host}, torch's {in_force} thread{'s' if in_force > 1 else ''}")
-            results[label] = {"spinning": spinning, "threads": in_force,
-                              "seconds": time_variants(timed, rounds, "cpu", slow=(),
+            results[label] = {"condition": key, "spinning": spinning, "threads": in_force,
+                              "samples": time_variants(timed, rounds, "cpu", slow=(),
                                                        progress=progress)}
-    return results
+    return results, notes
 
 
-def per_core_table(workload: workloads.Workload, results: dict[str, dict]) -> Table:
-    conditions = list(results)
-    table = Table(title=f"{workload.op}.{workload.name} — {workload.size}, per core and on a "
-                        "busy host (best of the rounds; ratio of a lists variant: its time / "
-                        "impl (lists)'s)")
+# --------------------------------------------------------------------------- one measurement
+
+
+def measure(spec: dict, progress=None) -> dict:
+    """One workload timed in this process, as `spec` says (see `_spec`): its samples (or, per
+    core, each condition's), what it is, and whether the impl's output was checked."""
+    if spec["pages"] == "warm":
+        keep_freed_memory()
+    table = DEVICE_WORKLOADS if spec["scale"] == "h100" else WORKLOADS
+    workload = table[spec["name"]](device=spec["device"], **spec["size"])
+    if not spec["slow"]:
+        workload.variants.pop("reference", None)
+    out = {"op": workload.op, "function": workload.name, "size": workload.size,
+           "output_bytes": workload.output_bytes, "checked": False}
+    if spec["quick"] and workload.check is not None:  # the reference is cheap at this size only
+        workload.check()
+        out["checked"] = True
+    if spec["device"] == "cuda":  # the Triton kernels against the torch composition they replace
+        for form in DEVICE_FORMS:
+            if f"impl ({form})" in workload.variants:
+                workload.variants[f"impl torch path ({form})"] = workloads.torch_path(
+                    workload.variants[f"impl ({form})"])
+    if spec["per_core"]:
+        out["conditions"], out["notes"] = per_core(workload, spec["rounds"],
+                                                   spec["conditions"], progress)
+    else:
+        out["samples"] = time_variants(workload, spec["rounds"], spec["device"],
+                                       progress=progress)
+    return out
+
+
+def measure_in_fresh_processes(spec: dict, processes: int, done=None) -> list[dict]:
+    """`measure(spec)` in `processes` new Python processes, one after the other, none tuning
+    its allocator unless the spec asks (`pages="warm"`); the slow variants (the reference) in
+    the first only. A process that fails is a `RuntimeError` with what it printed."""
+    runs = []
+    for index in range(processes):
+        run_spec = dict(spec, slow=spec["slow"] and index == 0)
+        result = subprocess.run([sys.executable, "-m", "batchproof.perf.bench",
+                                 json.dumps(run_spec)], capture_output=True, text=True)
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+            raise RuntimeError(f"measuring process {index + 1} of {processes} for "
+                               f"{spec['name']} exited with {result.returncode}: "
+                               + " | ".join(tail))
+        runs.append(json.loads(lines[-1]))
+        if done:
+            done()
+    return runs
+
+
+def _spec(name: str, size: dict, device: str, rounds: int, quick: bool, scale: str, pages: str,
+          per_core_mode: bool = False, conditions=tuple(CONDITIONS)) -> dict:
+    return {"name": name, "size": size, "device": device, "rounds": rounds, "quick": quick,
+            "scale": scale, "pages": pages, "per_core": per_core_mode,
+            "conditions": list(conditions), "slow": True}
+
+
+# --------------------------------------------------------------------------- the statistics
+
+
+@dataclasses.dataclass
+class Timing:
+    """One variant over the processes: each process's median, their median, and the spread
+    (the fastest and the slowest process; in one process, its fastest and slowest round)."""
+
+    per_process: list[float]
+    median: float
+    low: float
+    high: float
+
+
+def timings(sample_sets: list[dict[str, list[float]]]) -> dict[str, Timing]:
+    """Each variant's `Timing` over the processes' samples (a variant a process did not time,
+    the reference after the first, is over those that did)."""
+    names = list(dict.fromkeys(name for samples in sample_sets for name in samples))
+    out = {}
+    for name in names:
+        runs = [samples[name] for samples in sample_sets if samples.get(name)]
+        per_process = [statistics.median(run) for run in runs]
+        spread = per_process if len(runs) > 1 else runs[0]
+        out[name] = Timing(per_process, statistics.median(per_process), min(spread),
+                           max(spread))
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def _spread(timing: Timing) -> str:
+    return f"{_ms(timing.low)}–{_ms(timing.high)} ms"
+
+
+def _where(processes: int, rounds: int) -> str:
+    return (f"median of {processes} fresh processes' medians of {rounds} rounds" if processes > 1
+            else f"median of {rounds} rounds in this process")
+
+
+def per_core_table(title: str, results: dict[str, dict[str, Timing]],
+                   ratios_of: dict[str, dict[str, list[float]]]) -> Table:
+    """A column per condition: each variant's median and spread, and for a lists variant its
+    ratio to `impl (lists)` (in each process: the lowest and highest of those ratios)."""
+    table = Table(title=title)
     table.add_column("variant")
-    for label in conditions:
+    for label in results:
         table.add_column(label, justify="right")
-    names = list(next(iter(results.values()))["seconds"])
+    names = list(next(iter(results.values())))
     for name in names:
         cells = []
-        for label in conditions:
-            seconds = results[label]["seconds"]
-            impl = seconds.get("impl (lists)")
-            ratio = (f" ({seconds[name] / impl:.2f}x)" if impl and name.endswith("(lists)")
-                     and name != "impl (lists)" else "")
-            cells.append(f"{seconds[name] * 1e3:.1f} ms{ratio}")
+        for label, variants in results.items():
+            timing = variants.get(name)
+            if timing is None:
+                cells.append("-")
+                continue
+            ratio = ratios_of[label].get(name)
+            text = f"{_ms(timing.median)} ms ({_spread(timing)})"
+            if ratio:
+                low, high = min(ratio), max(ratio)
+                text += (f"; {statistics.median(ratio):.2f}x" if low == high else
+                         f"; {statistics.median(ratio):.2f}x ({low:.2f}–{high:.2f}x)")
+            cells.append(text)
         table.add_row(name, *cells)
     return table
 
 
+def lists_ratios(sample_sets: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """For every lists variant but the impl's: its median / impl (lists)'s median, in each
+    process (the ratio a user's process sees)."""
+    out: dict[str, list[float]] = {}
+    for samples in sample_sets:
+        impl = samples.get("impl (lists)")
+        if not impl:
+            continue
+        for name, values in samples.items():
+            if name.endswith("(lists)") and name != "impl (lists)" and values:
+                out.setdefault(name, []).append(statistics.median(values)
+                                                / statistics.median(impl))
+    return out
+
+
+def forms_line(medians_of: dict[str, float]) -> str | None:
+    """Each `impl (FORM)` variant against the fastest of them: a form far slower than another
+    is a cliff between two accepted inputs (issue 39)."""
+    forms = {name: seconds for name, seconds in medians_of.items()
+             if name.startswith("impl (") and "torch path" not in name}
+    if len(forms) < 2:
+        return None
+    fastest = min(forms.values())
+    return "input forms against the fastest: " + ", ".join(
+        f"{name.removeprefix('impl ')} {seconds / fastest:.2f}x" for name, seconds in
+        sorted(forms.items(), key=lambda item: item[1]))
+
+
+# --------------------------------------------------------------------------- the command
+
+
 def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False,
-         pages: str = "warm", scale: str = "default", per_core_mode: bool = False,
-         batches: list[int] | None = None) -> int:
+         pages: str = "system", scale: str = "default", per_core_mode: bool = False,
+         batches: list[int] | None = None, processes: int | None = None,
+         conditions: list[str] | None = None) -> int:
     table_of = DEVICE_WORKLOADS if scale == "h100" else WORKLOADS
     names = _selected(ops, table_of)
     unknown = [n for n in names if n not in table_of]
@@ -247,71 +411,131 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
     if per_core_mode and (device != "cpu" or scale != "default"):
         raise ValueError("--per-core times the CPU lists forms: it takes neither --device cuda "
                          "nor --scale h100")
+    if conditions and not per_core_mode:
+        raise ValueError("--condition chooses the conditions of --per-core")
+    if conditions and set(conditions) - set(CONDITIONS):
+        raise ValueError(f"--condition must be one of {list(CONDITIONS)}, got "
+                         f"{sorted(set(conditions) - set(CONDITIONS))}")
     if batches and (scale != "default" or quick):
         raise ValueError("--batch sizes the default-scale workloads: not with --scale h100 or "
                          "--quick")
     if batches and min(batches) < 1:
         raise ValueError(f"--batch must be at least 1, got {min(batches)}")
+    if processes is not None and processes < 1:
+        raise ValueError(f"--processes must be at least 1, got {processes}")
+    if processes is None:  # a user's processes by default; one for a smoke test or a GPU
+        processes = 1 if quick or device == "cuda" or scale != "default" else PROCESSES
     sizes = [{"batch": b} for b in batches] if batches else [{"batch": 64} if quick else {}]
-    report = {}
     rounds = 2 if quick else 7
-    if per_core_mode:
-        return _per_core_main(names, rounds, sizes, pages, json_path)
     runs = [(name, size) for name in names for size in sizes] if scale == "default" else \
         [(name, QUICK_DEVICE_SIZES.get(name, QUICK_DEVICE_SIZE) if quick else {})
          for name in names]
-    for name, kwargs in runs:
-        workload = table_of[name](device=device, **kwargs)
-        if quick and workload.check is not None:  # the reference is cheap at this size only
-            workload.check()
-            console.print(f"{name}: the impl's output is the reference's")
-        if device == "cuda":  # the Triton kernels against the torch composition they replace
-            for form in DEVICE_FORMS:
-                if f"impl ({form})" in workload.variants:
-                    workload.variants[f"impl torch path ({form})"] = workloads.torch_path(
-                        workload.variants[f"impl ({form})"])
-        total = rounds * len(workload.variants) - (rounds - 1)
-        with terminal.progress(console, transient=True) as progress:
-            task = progress.add_task(f"{name} ({workload.size})", total=total)
-            best = time_variants(workload, rounds, device,
-                                 progress=lambda task=task: progress.advance(task))
-        table = Table(title=f"{workload.op}.{workload.name} — {workload.size}, device={device}, "
-                            f"{workload.output_bytes / 1e6:.0f} MB of outputs, pages {pages}")
-        table.add_column("variant")
-        table.add_column("best time", justify="right")
-        table.add_column("ratio")
-        for variant, text in ratios(best).items():
-            table.add_row(variant, f"{best[variant] * 1e3:.1f} ms", text)
-        console.print(table)
-        floor = best.get("floor (output write)")
-        if floor:
-            console.print(f"write bandwidth (floor): {workload.output_bytes / floor / 1e9:.1f} GB/s")
-        report[name if len(sizes) == 1 else f"{name} {workload.size}"] = {
-                        "size": workload.size, "device": device, "seconds": best,
-                        "output_bytes": workload.output_bytes, "pages": pages,
-                        "write_bandwidth_gbps": workload.output_bytes / floor / 1e9
-                        if floor else None}
-        del workload  # its inputs: free before the next workload's are made (device memory)
-    if json_path:
-        with open(json_path, "w") as handle:
-            json.dump(report, handle, indent=2)
-    return 0
-
-
-def _per_core_main(names: list[str], rounds: int, sizes: list[dict], pages: str,
-                   json_path: str | None) -> int:
+    chosen = list(conditions or CONDITIONS)
     report = {}
-    for name, size in [(name, size) for name in names for size in sizes]:
-        workload = WORKLOADS[name](device="cpu", **size)
-        total = len(CONDITIONS) * rounds * 8
-        with terminal.progress(console, transient=True) as progress:
-            task = progress.add_task(f"{name} per core ({workload.size})", total=total)
-            results = per_core(workload, rounds, lambda task=task: progress.advance(task))
-        console.print(per_core_table(workload, results))
-        report[f"{name} {workload.size}"] = {"size": workload.size, "pages": pages,
-                                             "cpu_count": os.cpu_count(), "conditions": results}
-        del workload
+    try:
+        for name, size in runs:
+            spec = _spec(name, size, device, rounds, quick, scale, pages.split(" ")[0],
+                         per_core_mode, chosen)
+            results = _measured(spec, processes)
+            key = name if len(sizes) == 1 else f"{name} {results[0]['size']}"
+            if per_core_mode:
+                report[key] = _per_core_report(results, processes, rounds, pages)
+            else:
+                report[key] = _report(results, device, processes, rounds, pages)
+    except RuntimeError as err:
+        console.print(f"[red]bench: {err}[/red]")
+        return 3
     if json_path:
         with open(json_path, "w") as handle:
             json.dump(report, handle, indent=2)
     return 0
+
+
+def _measured(spec: dict, processes: int) -> list[dict]:
+    """`measure(spec)` here (one process) or in fresh processes, with a progress bar on a
+    terminal."""
+    mode = "per core, " if spec["per_core"] else ""
+    label = f"{spec['name']} ({mode}{spec['size'] or 'default size'})"
+    with terminal.progress(console, transient=True) as progress:
+        if processes == 1:
+            task = progress.add_task(label, total=None)
+            results = [measure(spec, progress=lambda: progress.advance(task))]
+        else:
+            task = progress.add_task(f"{label}, {processes} processes", total=processes)
+            results = measure_in_fresh_processes(spec, processes,
+                                                 done=lambda: progress.advance(task))
+    if results[0]["checked"]:
+        console.print(f"{spec['name']}: the impl's output is the reference's")
+    return results
+
+
+def _report(results: list[dict], device: str, processes: int, rounds: int, pages: str) -> dict:
+    first = results[0]
+    timed = timings([r["samples"] for r in results])
+    middle = {name: t.median for name, t in timed.items()}
+    table = Table(title=f"{first['op']}.{first['function']} — {first['size']}, device={device}, "
+                        f"{first['output_bytes'] / 1e6:.0f} MB of outputs, pages {pages}; "
+                        f"{_where(processes, rounds)}")
+    table.add_column("variant")
+    table.add_column("median", justify="right")
+    table.add_column("spread" + (" over processes" if processes > 1 else " over rounds"),
+                     justify="right")
+    table.add_column("ratio (of the medians)")
+    for variant, text in ratios(middle).items():
+        timing = timed[variant]
+        table.add_row(variant, f"{_ms(timing.median)} ms", _spread(timing), text)
+    console.print(table)
+    floor = middle.get("floor (output write)")
+    if floor:
+        console.print(f"write bandwidth (floor): {first['output_bytes'] / floor / 1e9:.1f} GB/s")
+    line = forms_line(middle)
+    if line:
+        console.print(line)
+    return {"size": first["size"], "device": device, "pages": pages, "processes": processes,
+            "rounds": rounds, "seconds": middle,
+            "spread": {name: [t.low, t.high] for name, t in timed.items()},
+            "per_process": {name: t.per_process for name, t in timed.items()},
+            "output_bytes": first["output_bytes"],
+            "write_bandwidth_gbps": first["output_bytes"] / floor / 1e9 if floor else None}
+
+
+def _per_core_report(results: list[dict], processes: int, rounds: int, pages: str) -> dict:
+    first = results[0]
+    for note in first.get("notes", []):
+        console.print(note)
+    labels = list(first["conditions"])
+    timed = {label: timings([r["conditions"][label]["samples"] for r in results])
+             for label in labels}
+    ratios_of = {label: lists_ratios([r["conditions"][label]["samples"] for r in results])
+                 for label in labels}
+    title = (f"{first['op']}.{first['function']} — {first['size']}, per core and on a busy host "
+             f"({_where(processes, rounds)}; ratio of a lists variant: its median / impl "
+             "(lists)'s in the same process, over the processes)")
+    console.print(per_core_table(title, timed, ratios_of))
+    conditions = {}
+    for label in labels:
+        info = first["conditions"][label]
+        conditions[label] = {
+            "condition": info["condition"], "spinning": info["spinning"],
+            "threads": info["threads"],
+            "seconds": {name: t.median for name, t in timed[label].items()},
+            "spread": {name: [t.low, t.high] for name, t in timed[label].items()},
+            "per_process": {name: t.per_process for name, t in timed[label].items()},
+            "ratios": ratios_of[label]}
+    return {"size": first["size"], "pages": pages, "cpu_count": os.cpu_count(),
+            "processes": processes, "rounds": rounds, "notes": first.get("notes", []),
+            "conditions": conditions}
+
+
+def _worker(argv: list[str]) -> int:
+    """`python -m batchproof.perf.bench SPEC`: one measurement in this fresh process; its result
+    as one JSON line on standard output (what the workload prints goes to standard error)."""
+    spec = json.loads(argv[0])
+    with contextlib.redirect_stdout(sys.stderr):
+        result = measure(spec)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1:]))
