@@ -148,7 +148,10 @@ def ratios(best: dict[str, float]) -> dict[str, str]:
     for form in ("lists", "jagged", "tensors"):  # the impl against the NumPy per-row baseline
         impl, baseline = best.get(f"impl ({form})"), best.get(f"numpy rows ({form})")
         if impl and baseline:
-            out[f"impl ({form})"] += f"; {baseline / impl:.2f}x faster than numpy rows ({form})"
+            out[f"impl ({form})"] += (
+                f"; {baseline / impl:.2f}x faster than numpy rows ({form})" if baseline >= impl
+                else f"; {impl / baseline:.2f}x slower than numpy rows ({form}), which checks "
+                     "nothing")
     return out
 
 
@@ -195,6 +198,15 @@ def busy_neighbours(busy: bool) -> Iterator[int]:
 # per-core conditions (`--condition`): a quiet or busy host, torch's threads or one
 CONDITIONS = {"quiet": ("quiet", None), "quiet-1": ("quiet", 1), "busy": ("busy", None),
               "busy-1": ("busy", 1)}
+# what the rows that are not the op do (printed under a table that has them)
+LEGEND = {
+    "floor": "the physical limit of the input form: (lists) flatten every input list once and "
+             "write every output byte once; (output write) write every output byte once",
+    "numpy rows": "a NumPy collator of the same contract: the outputs allocated, then one "
+                  "slice assignment per row and field, bit for bit the op's outputs "
+                  "(tests/test_baselines.py), but no input checked and no TensorDict built: "
+                  "the impl's validation and its fixed cost per call are what it does not do",
+}
 PROCESSES = 5  # fresh processes per CPU workload unless asked otherwise (docs/performance.md)
 
 
@@ -491,6 +503,9 @@ def _report(results: list[dict], device: str, processes: int, rounds: int, pages
     line = forms_line(middle)
     if line:
         console.print(line)
+    for prefix, text in LEGEND.items():
+        if any(name.startswith(prefix) for name in middle):
+            console.print(f"{prefix}: {text}")
     return {"size": first["size"], "device": device, "pages": pages, "processes": processes,
             "rounds": rounds, "seconds": middle,
             "spread": {name: [t.low, t.high] for name, t in timed.items()},
