@@ -1029,3 +1029,21 @@ def test_adapters_of_functions_without_routes_leave_replayed_calls_out() -> None
         shard = adapters.get_adapter(name)
         assert replays(shard.call_of(padded)) and not replays(shard.call_of(unrouted))
         assert not shard.in_domain(shard.call_of(padded)), name
+
+
+def test_rl_batch_adapters_leave_replayed_calls_out() -> None:
+    """SkyRL's and TRL's batch builders take no routes: their adapters keep the calls they had
+    (in each one's own layout) and leave out every call carrying routed_experts or
+    sample_support, valid or invalid."""
+    import torch
+
+    routes = [torch.zeros((3, 1, 2), dtype=torch.uint8), torch.zeros((2, 1, 2), dtype=torch.uint8)]
+    for name, layout in (("skyrl.rl_batch", "left"), ("skyrl.rl_batch_0_4", "left"),
+                         ("trl.grpo_pad", "two_segment")):
+        adapter = adapters.get_adapter(name)
+        plain = Case(([[1, 2], [3]], [[4], [5]]), {"pad_token_id": 0, "layout": layout})
+        routed = plain.replace(routed_experts=routes)
+        bad = BadCase(plain.replace(sample_support=[None, None]), ValueError, "None entries")
+        assert adapter.in_domain(adapter.call_of(plain)), name
+        assert not adapter.in_domain(adapter.call_of(routed)), name
+        assert not adapter.in_domain(adapter.call_of(bad)), name

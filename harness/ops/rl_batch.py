@@ -134,9 +134,10 @@ def _rewards(r_lens, kinds: Sequence[str] = REWARD_KINDS[1:]):
 SILENT_DEFECTS = ("token_type", "value_type", "values_length")
 LOUD_DEFECTS = ("pad_type", "pad_bool", "pad_range", "layout", "count", "empty", "values_count",
                 "reward_2d", "loss_2d_tensor", "not_a_list", "token_tensor", "tokens_type")
-REPLAY_DEFECTS = ("routed_experts", "routed_experts", "sample_support")
+REPLAY_DEFECTS = ("routed_experts",) * 4 + ("sample_support",) * 2
 """With `replay_defects=True`: a bad router-replay input (`batchproof.replay`: each error of
-docs/conventions.md, "Router replay"), routes twice as often as support."""
+docs/conventions.md, "Router replay": 13 kinds for routes, 10 for support), routes twice as
+often as support; together about a fifth of the defects, so that a run draws most kinds."""
 
 
 @st.composite
@@ -810,6 +811,13 @@ REPLAY_PINS = [
         "on the last prompt token (the logits' shift applied to the routes)",
         _expect_routes([[[10, 11], [12, 13], [14, 15], _D2], [_D2, [20, 21], [22, 23], _D2]],
                        [[_F, _F, _F, _T], [_T, _F, _F, _T]])),
+    Pin("loss_masked_tokens_replayed",
+        Case(([[1]], [[2, 3, 4]]), {"pad_token_id": 0, "loss_masks": [[0.0, 1.0, 0.0]],
+                                    "routed_experts": _routes(torch.int32, [[3, 1], [2, 0],
+                                                                            [1, 3]])}),
+        "a captured token outside the loss (a tool or prompt token, loss mask 0) conditions the "
+        "tokens after it: its route is replayed and unmasked, never swapped for the dummy route",
+        _expect_routes([[[3, 1], [2, 0], [1, 3], _D2]], [[_F, _F, _F, _T]])),
     Pin("support_follows_loss_mask_columns",
         Case(([[1, 2], [3]], [[4], [5, 6]]), {"pad_token_id": 0, "layout": "two_segment",
                                                "sample_support": [
