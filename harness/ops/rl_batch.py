@@ -272,7 +272,6 @@ def _replay_form(kwargs: dict, convert) -> dict:
     return out
 
 
-
 def _to_tensors(case: Case) -> Case:
     prompts, responses = case.args
     kwargs = dict(case.kwargs)
