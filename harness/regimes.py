@@ -125,7 +125,8 @@ def _rl_batch() -> dict[str, Regime]:
             "loss_mask_weights": weights, "logprobs": lambda c: c.arg("logprobs") is not None,
             "max_seq_len_below_width": lambda c: c.arg("max_seq_len") is not None
             and c.arg("max_seq_len") < width(c),
-            "max_seq_len_equal_to_width": lambda c: c.arg("max_seq_len") == width(c) > 0}
+            "max_seq_len_equal_to_width": lambda c: c.arg("max_seq_len") == width(c) > 0,
+            **replay_regimes(lambda c: [p + r for p, r in _pairs(c)])}
 
 
 def _pack_varlen() -> dict[str, Regime]:

@@ -8,6 +8,8 @@
                                  read-only), each (token, layer) `topk` distinct expert ids
     support_entries([2, 0, 1])   per sample a [r_i, top_k] array: vocabulary ids, then -1
     route_defect(...), support_defect(...)   one invalid argument each, with its exception
+    assert_dummy_where_masked(...), assert_route_count(...)   what the properties assert of
+                                 laid-out routes, whatever the layout
 
 Sizes stay tiny (layers <= 3, topk <= 4, experts <= 12) so one example runs in milliseconds;
 contents come from a seeded `torch.Generator` (never the global RNG), so a failing example
@@ -136,6 +138,53 @@ def permuted(values: Any, order: Sequence[int]) -> Any:
     """Per-sample entries (a list) in `order`."""
     entries = entries_of(values)
     return [entries[i] for i in order]
+
+
+# --------------------------------------------------------------------------- checks
+# what the records' properties assert about laid-out routes (..., layers, topk), whatever the
+# layout: a packed row, a padded batch, a CP rank's stream
+
+
+def _assert(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def distinct_assignments(routes: torch.Tensor) -> torch.Tensor:
+    """Per layer, the distinct (token, expert) assignments of routes (..., layers, topk)."""
+    ordered = routes.reshape(-1, *routes.shape[-2:]).sort(dim=-1).values
+    distinct = 1 + (ordered[..., 1:] != ordered[..., :-1]).sum(dim=-1)
+    return distinct.sum(dim=0)
+
+
+def assert_dummy_where_masked(routes: torch.Tensor, mask: torch.Tensor, where: str) -> None:
+    """Every slot of routes (..., layers, topk) whose mask (...) is True holds the dummy route
+    0 .. topk-1 on every layer; `where` names the slots in the message."""
+    layers, topk = routes.shape[-2:]
+    dummy = dummy_slot(layers, topk, routes.dtype)
+    flat, flags = routes.reshape(-1, layers, topk), mask.reshape(-1)
+    for slot in flags.nonzero().flatten().tolist():
+        _assert(torch.equal(flat[slot], dummy),
+                f"{where} {slot}: a masked slot holds {flat[slot].tolist()}, not the dummy route "
+                f"{dummy.tolist()} (topk distinct experts, never zeros: verl #7524)")
+
+
+def assert_route_count(routes: torch.Tensor, entries: list[torch.Tensor], where: str) -> None:
+    """A dropless dispatcher's invariant: per layer, the slots of routes (..., layers, topk) send
+    slots * topk distinct (token, expert) assignments — fewer only by the repeats the captured
+    routes `entries` themselves hold (a real router repeats none; the strategies draw none)."""
+    layers, topk = routes.shape[-2:]
+    slots = routes.numel() // (layers * topk)
+    found = distinct_assignments(routes)
+    for layer in range(layers):
+        repeats = sum(int(e.shape[0]) * topk - int(distinct_assignments(e)[layer])
+                      for e in entries if e.shape[0])
+        want = slots * topk - repeats
+        _assert(int(found[layer]) == want,
+                f"{where}, layer {layer}: {slots} token slots send {int(found[layer])} distinct "
+                f"(token, expert) assignments, tokens * topk = {slots * topk} expected"
+                + (f" (less {repeats} repeats of the captured routes)" if repeats else ""))
+
 
 
 # --------------------------------------------------------------------------- bad inputs

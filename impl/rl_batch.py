@@ -28,10 +28,11 @@ from batchproof.impl import kernels
 from batchproof.impl._cpu import byte_view, fast_paths, plain_rows
 from batchproof.impl._jagged import rows_of, without_holes
 from batchproof.impl._paths import took
-from batchproof.impl._sync import Verdicts, documented, host_put
+from batchproof.impl._sync import Verdicts, documented, host_put, host_read
 from batchproof.impl.kernels import rl_batch as rl_batch_kernel
 from batchproof.reference import rl_batch as _spec
 from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference._routes import check_routes, check_sample_support
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,12 @@ def build_rl_batch(
     layout="left",
     max_seq_len=None,
     device=None,
+    routed_experts=None,
+    sample_support=None,
 ) -> TensorDict:
-    """Lay out B samples as one RL batch (pictures in `reference.rl_batch`)."""
+    """Lay out B samples as one RL batch (pictures in `reference.rl_batch`). With
+    `routed_experts` / `sample_support` (router replay): the laid-out routes, the router padding
+    mask and the support rows too, placed by `_replay_outputs` after every other output."""
     check_pad_token_id(pad_token_id)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -101,6 +106,9 @@ def build_rl_batch(
             p_flat, p_len, r_flat, r_len, start, r_start, width, max_response, pad_token_id,
             {key: None if per_token[key] is None else per_token[key].flat
              for key in _VALUE_KEYS}, ones="loss_mask")
+        if routed_experts is not None or sample_support is not None:
+            out |= _replay_outputs(routed_experts, sample_support, n_len, r_len, start, r_start,
+                                   width, max_response, device)
         return _batch(out, batch, max_response, layout, pad_token_id)
     input_ids = written.get("input_ids")
     if input_ids is None:
@@ -121,6 +129,9 @@ def build_rl_batch(
         elif key == "loss_mask":
             out[key] = _response_rows(r_len, max_response, right_aligned,
                                       _pair(0.0, 1.0, torch.float32, device))
+    if routed_experts is not None or sample_support is not None:
+        out |= _replay_outputs(routed_experts, sample_support, n_len, r_len, start, r_start,
+                               width, max_response, device)
 
     return _batch(out, batch, max_response, layout, pad_token_id)
 
@@ -553,6 +564,115 @@ def _check_lengths(lengths, r_len, name, verdicts: Verdicts):
         return ValueError(f"{name}[{i}] has {int(lengths[i])} entries, but response {i} has "
                           f"{int(r_len[i])} tokens")
     verdicts.add(bad.any(), error)
+
+
+# --------------------------------------------------------------------------- router replay
+# One torch pass per output beside the kernels (which write the token outputs only), on the
+# output device: every captured route copied to its token's slot with one `index_copy_` into a
+# tensor of dummy routes; every support row to its response column into a tensor of -1 rows.
+#
+#     row i, route j  ->  slot i*T + start_i + j        (start_i: the column of the row's token 0)
+#     row i, support k ->  row  i*R + r_start_i + k     (r_start_i: its first response column)
+
+
+def _replay_outputs(routed_experts, sample_support, n_len, r_len, start, r_start, width: int,
+                    max_response: int, device) -> dict[str, torch.Tensor]:
+    """`routed_experts` (B, T, layers, topk), `router_padding_mask` (B, T) and `sample_support`
+    (B, R, top_k) of the given router-replay inputs (reference.rl_batch.build_rl_batch).
+
+    Validated as the reference validates them, in its order: the structures on the host (each
+    sample's own count of routes / support rows standing in for its lengths, which are on the
+    device), then the counts against the lengths and the values, as verdicts read together in
+    one documented transfer. On any failure the reference's checks run on the host lengths (a
+    documented read, the error path) and raise its error."""
+    routes_in, support_in = _replay_entries(routed_experts), _replay_entries(sample_support)
+    batch = n_len.numel()
+    try:
+        route_spec = check_routes(routes_in, _own_counts(routes_in, batch))
+        support_spec = check_sample_support(support_in, _own_counts(support_in, batch))
+    except (TypeError, ValueError) as err:
+        _raise_the_references_error(routes_in, support_in, n_len, r_len, err)
+        raise
+    verdicts, out = [], {}
+    if route_spec is not None:
+        routes = _stacked(routes_in, (route_spec.layers, route_spec.topk), route_spec.dtype,
+                          device)
+        captured = host_put([int(entry.shape[0]) for entry in routes_in], dtype=torch.int64,
+                            device=device)
+        verdicts += [(captured > n_len).any(), (routes < 0).any()]
+    if support_spec is not None:
+        support = _stacked(support_in, (support_spec.top_k,), support_spec.dtype, device)
+        rows = host_put([int(entry.shape[0]) for entry in support_in], dtype=torch.int64,
+                        device=device)
+        after_padding = (support[:, :-1] == -1) & (support[:, 1:] != -1)
+        verdicts += [(rows != r_len).any(), (support < -1).any() | after_padding.any()]
+    if any(host_read(torch.stack(verdicts))):  # the validation verdicts: one read
+        _raise_the_references_error(routes_in, support_in, n_len, r_len, None)
+    if route_spec is not None:
+        slots = _replay_slots(captured, start, width, routes.shape[0])
+        placed = torch.arange(route_spec.topk, dtype=route_spec.dtype, device=device)
+        placed = placed.expand(batch * width, route_spec.layers, route_spec.topk).clone()
+        placed.index_copy_(0, slots, routes)
+        mask = torch.ones(batch * width, dtype=torch.bool, device=device)
+        mask.index_fill_(0, slots, False)
+        out["routed_experts"] = placed.reshape(batch, width, route_spec.layers, route_spec.topk)
+        out["router_padding_mask"] = mask.reshape(batch, width)
+    if support_spec is not None:
+        placed = torch.full((batch * max_response, support_spec.top_k), -1,
+                            dtype=support_spec.dtype, device=device)
+        placed.index_copy_(0, _replay_slots(rows, r_start, max_response, support.shape[0]),
+                           support)
+        out["sample_support"] = placed.reshape(batch, max_response, support_spec.top_k)
+    return out
+
+
+def _replay_slots(counts: torch.Tensor, first: torch.Tensor, width: int,
+                  total: int) -> torch.Tensor:
+    """The flat slot of each of `total` items given `counts[i]` per row, back to back: item j
+    of row i at `i * width + first[i] + j` (the size known on the host: no read)."""
+    device = counts.device
+    owner = torch.repeat_interleave(torch.arange(counts.numel(), device=device), counts,
+                                    output_size=total)
+    within = torch.arange(total, device=device) - (torch.cumsum(counts, 0) - counts)[owner]
+    return owner * width + first.to(device)[owner] + within
+
+
+def _replay_entries(values):
+    """A jagged tensor's rows (a documented read of its offsets), anything else as given (the
+    reference's checks say what is wrong with it)."""
+    if isinstance(values, torch.Tensor) and values.is_nested:
+        return rows_of(values)
+    return values
+
+
+def _own_counts(entries, batch: int) -> list[int]:
+    """Each sample's own first dimension (0 where it has none): the lengths the structural
+    checks are given on the host, so that only the counts against the real lengths are left
+    to the device's verdicts (a wrong entry count fails before any of them is read)."""
+    if not isinstance(entries, (list, tuple)):
+        return [0] * batch
+    shapes = [getattr(entry, "shape", ()) for entry in entries[:batch]]
+    return [int(shape[0]) if len(shape) else 0 for shape in shapes] + [0] * (batch - len(shapes))
+
+
+def _stacked(entries, trailing: tuple, dtype: torch.dtype, device) -> torch.Tensor:
+    """Per-sample arrays (tensors or NumPy arrays, validated) back to back on `device` (a
+    read-only NumPy array is copied: torch would share, and warn about, its memory)."""
+    parts = [host_put(np.require(entry, requirements=["C", "W"]) if isinstance(entry, np.ndarray)
+                      else entry, device=device) for entry in entries]
+    if not parts:
+        return torch.empty((0, *trailing), dtype=dtype, device=device)
+    return torch.cat(parts)
+
+
+def _raise_the_references_error(routes_in, support_in, n_len, r_len, found) -> None:
+    """The error path: the reference's checks on the host lengths (a documented read) raise
+    its first error; `found` (the host checks' error) if they do not."""
+    with documented():
+        _spec._check_replay(routes_in, support_in, n_len.tolist(), r_len.tolist())
+    if found is not None:
+        raise found
+    raise AssertionError("a router-replay verdict failed where the reference's checks pass")
 
 
 def _output_device(device, prompts, responses):

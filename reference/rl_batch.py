@@ -8,6 +8,14 @@ layout "left" (T = max(p+r), R = max r):          layout "two_segment" (P = max 
     p p p r r r r                                          response cols: [P, P+R)
           . r r r        response tensors (B, R),      r r .           response tensors (B, R),
           r r r r        right-aligned                 r r r           left-aligned
+
+Router replay (docs/conventions.md, "Router replay"): a captured route sits on its token's slot
+of the sequence tensors, the dummy route 0..topk-1 everywhere else (the router padding mask
+True there); sample support sits on the response columns, a row of -1 elsewhere:
+
+    left, c = 4 of 5 tokens captured:   routed_experts       . . a b c d .    (. the dummy route)
+                                        router_padding_mask  T T F F F F T
+    two_segment, same sample:           routed_experts       . a b c d . .
 """
 
 from __future__ import annotations
@@ -20,6 +28,15 @@ import torch
 from tensordict import TensorDict
 
 from batchproof.reference._checks import check_pad_token_id
+from batchproof.reference._routes import (
+    SUPPORT_PADDING,
+    check_route_values,
+    check_routes,
+    check_sample_support,
+    check_support_values,
+    dummy_route,
+    per_sample,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +54,20 @@ def build_rl_batch(
     layout="left",
     max_seq_len=None,
     device=None,
+    routed_experts=None,
+    sample_support=None,
 ) -> TensorDict:
-    """Lay out B samples as one RL batch (see the module docstring for the two layouts)."""
+    """Lay out B samples as one RL batch (see the module docstring for the two layouts).
+
+    routed_experts: per sample, `[c_i, layers, topk]` routes of its first c_i tokens (router
+        replay, docs/conventions.md): laid out as `routed_experts` `(B, T, layers, topk)` in the
+        given dtype, route j on the column of the sample's token j, the dummy route
+        `0..topk-1` on every other column (pads, uncaptured tokens), and
+        `router_padding_mask` `(B, T)` bool, True exactly there.
+    sample_support: per sample, `[r_i, top_k]` support rows of its response tokens: laid out as
+        `sample_support` `(B, R, top_k)` on the response columns (aligned as `loss_mask`), rows
+        of -1 elsewhere.
+    """
     check_pad_token_id(pad_token_id)
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -105,12 +134,72 @@ def build_rl_batch(
     if logprob_rows is not None:
         rows = [_place(row, max_response, layout, 0.0) for row in logprob_rows]
         out["rollout_logprobs"] = _tensor(rows, torch.float32, batch, max_response)
+    # router replay: checked after everything else (an existing bad input raises what it did)
+    route_spec, support_spec = _check_replay(
+        routed_experts, sample_support, [len(p) + len(r) for p, r in zip(prompts, responses)],
+        response_lengths)
+    if route_spec is not None:
+        out["routed_experts"], out["router_padding_mask"] = _laid_out_routes(
+            routed_experts, prompts, responses, width, max_response, layout, route_spec)
+    if support_spec is not None:
+        out["sample_support"] = _laid_out_support(sample_support, response_lengths,
+                                                  max_response, layout, support_spec)
 
     td = TensorDict({k: v.to(device) for k, v in out.items()}, batch_size=[batch])
     td.set_non_tensor("max_response_length", max_response)
     td.set_non_tensor("layout", layout)
     td.set_non_tensor("pad_token_id", pad_token_id)
     return td
+
+
+def _check_replay(routed_experts, sample_support, token_counts, response_lengths):
+    """The router-replay inputs, in the contract's order: the routes' structure, the support's
+    structure, then the routes' values and the support's values (docs/rl_batch.md, Errors)."""
+    route_spec = check_routes(routed_experts, token_counts)
+    support_spec = check_sample_support(sample_support, response_lengths)
+    if route_spec is not None:
+        check_route_values(routed_experts)
+    if support_spec is not None:
+        check_support_values(sample_support)
+    return route_spec, support_spec
+
+
+def _laid_out_routes(routed_experts, prompts, responses, width, max_response, layout, spec):
+    """(routes (B, T, layers, topk), router_padding_mask (B, T)): row i's captured route j on
+    the column of its token j, the dummy route (mask True) on every other column."""
+    dummy = [dummy_route(spec.topk) for _ in range(spec.layers)]
+    routes, mask = [], []
+    entries = per_sample(routed_experts, "routed_experts", len(prompts))
+    for entry, prompt, response in zip(entries, prompts, responses):
+        tokens = len(prompt) + len(response)
+        if layout == "left":
+            left = width - tokens
+        else:
+            left = width - max_response - len(prompt)
+        captured = entry.tolist()
+        for column in range(width):
+            j = column - left  # the sample's token on this column (a pad when out of range)
+            if 0 <= j < len(captured):
+                routes.append(captured[j])
+                mask.append(False)
+            else:
+                routes.append(dummy)
+                mask.append(True)
+    batch = len(prompts)
+    return (torch.tensor(routes, dtype=spec.dtype).reshape(batch, width, spec.layers, spec.topk),
+            torch.tensor(mask, dtype=torch.bool).reshape(batch, width))
+
+
+def _laid_out_support(sample_support, response_lengths, max_response, layout, spec):
+    """(B, R, top_k): row i's support rows on its response columns (right-aligned in "left",
+    left-aligned in "two_segment", as loss_mask), rows of -1 on the other columns."""
+    padding = [SUPPORT_PADDING] * spec.top_k
+    rows = []
+    entries = per_sample(sample_support, "sample_support", len(response_lengths))
+    for entry in entries:
+        rows += _place(entry.tolist(), max_response, layout, padding)
+    batch = len(response_lengths)
+    return torch.tensor(rows, dtype=spec.dtype).reshape(batch, max_response, spec.top_k)
 
 
 def response_values(values, response_mask) -> list[torch.Tensor]:

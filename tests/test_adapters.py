@@ -1029,3 +1029,65 @@ def test_adapters_of_functions_without_routes_leave_replayed_calls_out() -> None
         shard = adapters.get_adapter(name)
         assert replays(shard.call_of(padded)) and not replays(shard.call_of(unrouted))
         assert not shard.in_domain(shard.call_of(padded)), name
+
+
+def test_rl_batch_adapters_leave_replayed_calls_out() -> None:
+    """SkyRL's and TRL's batch builders take no routes: their adapters keep the calls they had
+    (in each one's own layout) and leave out every call carrying routed_experts or
+    sample_support, valid or invalid."""
+    import torch
+
+    routes = [torch.zeros((3, 1, 2), dtype=torch.uint8), torch.zeros((2, 1, 2), dtype=torch.uint8)]
+    for name, layout in (("skyrl.rl_batch", "left"), ("skyrl.rl_batch_0_4", "left"),
+                         ("trl.grpo_pad", "two_segment")):
+        adapter = adapters.get_adapter(name)
+        plain = Case(([[1, 2], [3]], [[4], [5]]), {"pad_token_id": 0, "layout": layout})
+        routed = plain.replace(routed_experts=routes)
+        bad = BadCase(plain.replace(sample_support=[None, None]), ValueError, "None entries")
+        assert adapter.in_domain(adapter.call_of(plain)), name
+        assert not adapter.in_domain(adapter.call_of(routed)), name
+        assert not adapter.in_domain(adapter.call_of(bad)), name
+
+
+def _no_routes(prompts, responses, *, pad_token_id, rewards=None, loss_masks=None,
+               logprobs=None, layout="left", max_seq_len=None, device=None):
+    """The contract as it was before router replay: a signature without routes."""
+    from batchproof.reference.rl_batch import build_rl_batch
+
+    return build_rl_batch(prompts, responses, pad_token_id=pad_token_id, rewards=rewards,
+                          loss_masks=loss_masks, logprobs=logprobs, layout=layout,
+                          max_seq_len=max_seq_len, device=device)
+
+
+def _routes_dropped(prompts, responses, **kwargs):
+    """Takes anything (`**kwargs`), and drops the routes: given them, it fails their checks."""
+    return _no_routes(prompts, responses, **{k: v for k, v in kwargs.items()
+                                            if k not in ("routed_experts", "sample_support")})
+
+
+def test_a_function_whose_signature_takes_no_routes_is_given_none() -> None:
+    """`within_its_signature`: a function checked against a contract that takes routes, whose
+    signature names none of them (no `**kwargs`), is given no call that passes one (its route
+    pins are skipped, the route properties pass on the route-free draws), where a function
+    that takes `**kwargs` is given them all (and fails, dropping them)."""
+    import torch
+
+    from batchproof.adapters import identity_adapter, within_its_signature
+    from batchproof.statuses import Outcome
+
+    checks = ["pin:rllm_543_offset_from_longest_prompt", "property:routes_on_their_tokens",
+              "pin:two_segment_width_inflation"]
+    report = batchproof.check(_no_routes, "rl_batch.build_rl_batch", checks=checks,
+                              max_examples=20)
+    status = {o.check: o.status for o in report.outcomes}
+    assert status == {checks[0]: Outcome.SKIPPED, checks[1]: Outcome.PASS,
+                      checks[2]: Outcome.PASS}, status
+    with pytest.raises(batchproof.CheckFailed, match="rllm_543"):
+        batchproof.check(_routes_dropped, "rl_batch.build_rl_batch", checks=checks[:1])
+    adapter = identity_adapter("rl_batch.build_rl_batch", "tests:none")
+    routed = Case(([[1]], [[2]]), {"pad_token_id": 0, "routed_experts": [
+        torch.zeros((2, 1, 2), dtype=torch.uint8)]})
+    for function, admitted in ((_no_routes, False), (_routes_dropped, True)):
+        narrowed = within_its_signature(adapter, adapter.guarded(function))
+        assert narrowed.in_domain(narrowed.call_of(routed)) is admitted
+        assert narrowed.in_domain(narrowed.call_of(routed.replace(routed_experts=None)))

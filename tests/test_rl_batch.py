@@ -153,12 +153,13 @@ def _to_jagged(case: Case) -> Case:
 
 
 @pytest.mark.parametrize("placement", ["kernel", "cpu_row_copies", "generic", "triton"])
-@given(case=rl_batch_cases(value_dtypes=hs.FLOAT_DTYPES))
+@given(case=rl_batch_cases(value_dtypes=hs.FLOAT_DTYPES, routed_experts=None,
+                           sample_support=None))
 def test_every_placement_equals_the_reference(case: Case, placement: str) -> None:
     """Jagged inputs: the compiled CPU kernel, the torch CPU row copies, the device-generic
     masked scatter and the Triton kernels (what CUDA runs, forced here on the CPU; Triton under
-    its interpreter) each equal the reference, bit for bit. Each run fails if another placement
-    ran instead."""
+    its interpreter) each equal the reference, bit for bit, router-replay outputs included
+    (placed beside each of them). Each run fails if another placement ran instead."""
     expected = reference.build_rl_batch(*case.args, **case.kwargs)
     jagged = _to_jagged(case)
     with pytest.MonkeyPatch.context() as patch:
@@ -270,3 +271,106 @@ def test_invalid_inputs_with_two_defects_follow_the_references_first_error() -> 
 
     assert_first_error_decides("rl_batch.build_rl_batch", bad_rl_batch_cases(),
                                _lengths_checked_first)
+
+
+def _zeros(*shape, dtype=torch.uint8) -> torch.Tensor:
+    return torch.zeros(shape, dtype=dtype)
+
+
+# (kwargs with two bad router-replay or per-token arguments, the reference's first error)
+REPLAY_ORDER = [
+    ({"rewards": [[0.5, 0.5], [0.5]], "routed_experts": [_zeros(1, 1, 2).float()] * 2},
+     "rewards[0] has 2 entries"),
+    ({"sample_support": [_zeros(1, 2).float()] * 2,
+      "routed_experts": [_zeros(4, 1, 2), _zeros(0, 1, 2)]},
+     "routed_experts[0] has 4 routes for 3 tokens"),
+    ({"routed_experts": [_zeros(1, 1, 2, dtype=torch.int16) - 1] * 2,
+      "sample_support": [_zeros(1, dtype=torch.int32)] * 2},
+     "sample_support[0] must be [response tokens, top_k]"),
+    ({"routed_experts": [_zeros(1, 1, 2, dtype=torch.int16) - 1] * 2,
+      "sample_support": [_zeros(1, 2, dtype=torch.int32) - 2] * 2},
+     "routed_experts[0] holds a negative expert id"),
+    ({"routed_experts": [_zeros(1, 1, 2, dtype=torch.int32), _zeros(3, 1, 2, dtype=torch.int32)],
+      "sample_support": [_zeros(1, 2, dtype=torch.int32) - 2] * 2},
+     "routed_experts[1] has 3 routes for 2 tokens"),
+]
+
+
+@pytest.mark.parametrize("form", ["lists", "jagged"])
+@pytest.mark.parametrize("kwargs, first", REPLAY_ORDER, ids=range(len(REPLAY_ORDER)))
+def test_two_bad_replay_arguments_raise_the_references_first_error(kwargs, first,
+                                                                   form: str) -> None:
+    """The contract's order, in the reference and the impl alike, with the reference's very
+    message: the per-token values, then the routes' structure (their counts against the
+    tokens included), the support's structure, the routes' values, the support's values.
+    (Explicit pairs: most pairs the record's invalid strategy draws raise ValueError both, and
+    a wrong order showed there only after some 400 derandomized examples.)"""
+    rows = ([[1, 2], [3]], [[4], [5]])
+    if form == "jagged":
+        rows = tuple(hs.jagged(r, torch.int64) for r in rows)
+    for build in (reference.build_rl_batch, impl.build_rl_batch):
+        with pytest.raises((TypeError, ValueError)) as raised:
+            build(*rows, pad_token_id=0, **kwargs)
+        assert str(raised.value).startswith(first), (build.__module__, raised.value)
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+ROUTES = [torch.tensor([[[5, 6]], [[7, 8]]], dtype=torch.uint8),
+          torch.tensor([[[1, 2]], [[3, 4]], [[9, 10]]], dtype=torch.uint8)]
+
+
+@pytest.mark.parametrize("layout", ["left", "two_segment"])
+def test_routes_are_placed_by_one_torch_pass_beside_the_token_paths(layout: str,
+                                                                     monkeypatch) -> None:
+    """Every token path (the list packing, the compiled kernel, the torch composition) hands
+    its outputs to `_replay_outputs`, which adds the three router-replay outputs and nothing
+    else; without routes it is never called (the no-routes paths run as before)."""
+    calls = []
+    original = impl._replay_outputs
+
+    def counted(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(sorted(out))
+        return out
+
+    monkeypatch.setattr(impl, "_replay_outputs", counted)
+    rows = ([[1, 2], [3]], [[4], [5, 6]])
+    support = [torch.tensor([[7, -1]], dtype=torch.int16),
+               torch.tensor([[8, 9], [5, -1]], dtype=torch.int16)]
+    forms = [rows, tuple(hs.jagged(r, torch.int64) for r in rows)]
+    for args in forms:
+        for rewards in (None, [1.0, 2.0]):  # scalar rewards: the torch composition
+            kwargs = {"pad_token_id": 0, "layout": layout, "rewards": rewards}
+            before = len(calls)
+            plain = impl.build_rl_batch(*args, **kwargs)
+            assert len(calls) == before, "routes placed although none were given"
+            got = impl.build_rl_batch(*args, **kwargs, routed_experts=ROUTES,
+                                      sample_support=support)
+            assert calls[-1] == ["routed_experts", "router_padding_mask", "sample_support"]
+            assert_identical(plain, got.exclude("routed_experts", "router_padding_mask",
+                                                "sample_support"))
+            assert_identical(reference.build_rl_batch(*rows, **kwargs, routed_experts=ROUTES,
+                                                      sample_support=support), got)
+
+
+def test_read_only_numpy_routes_are_copied_not_shared() -> None:
+    """Decoded wire routes arrive as read-only NumPy arrays: laid out without a warning (torch
+    would warn about sharing non-writable memory), the arrays left as they were."""
+    import warnings
+
+    import numpy as np
+
+    arrays = [r.numpy().copy() for r in ROUTES]
+    for array in arrays:
+        array.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = impl.build_rl_batch([[1, 2], [3]], [[4], [5, 6]], pad_token_id=0,
+                                  routed_experts=arrays)
+    assert got["routed_experts"].dtype == torch.uint8
+    assert got["routed_experts"][..., 0, :].tolist() == [[[5, 6], [7, 8], [0, 1]],
+                                                         [[1, 2], [3, 4], [9, 10]]]
+    assert all(not a.flags.writeable and np.array_equal(a, r.numpy())
+               for a, r in zip(arrays, ROUTES))

@@ -50,8 +50,10 @@ Floor 2 (docs/harness.md, "The house, by floor"): imports the core; imported by 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.metadata
+import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -304,6 +306,40 @@ def without_replay(supports: Callable[[Call], bool]) -> Callable[[Call], bool]:
     return supported
 
 
+def keywords_taken(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments `function` can be called with, read from its signature (through
+    `__wrapped__`), or None: any (it takes `**kwargs`, or has no signature to read)."""
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters
+                     if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def within_its_signature(adapter: Adapter, candidate: Candidate) -> Adapter:
+    """`adapter`, its domain less the calls that pass a router-replay keyword argument its
+    callable (`guarded`'s, as `wrap` made it) cannot take: a function written before a contract
+    took routes is checked on the rest of the contract, never handed an argument its signature
+    rejects (docs/frameworks.md, "Router replay"). Unchanged when the callable takes them, or
+    `**kwargs`, or when its signature is unknown."""
+    taken = getattr(candidate, "keywords_taken", None)
+    missing = [] if taken is None else [n for n in REPLAY_ARGUMENTS if n not in taken]
+    if not missing:
+        return adapter
+    supports = adapter.supports
+
+    def supported(call: Call) -> bool:
+        return not any(call.kwargs.get(name) is not None for name in missing) \
+            and supports(call)
+
+    supported.__name__ = supported.__qualname__ = getattr(supports, "__name__", "supports")
+    supported.__doc__ = supports.__doc__
+    return _replace(adapter, supports=supported)
+
+
 def _ask(adapter: Adapter, what: str, predicate: Callable[[Call], bool], call: Call) -> bool:
     try:
         return bool(predicate(call))
@@ -320,6 +356,7 @@ def _guarded(adapter: Adapter, function: Callable[..., Any]) -> Candidate:
     """See `Adapter.guarded`."""
     state: dict[str, Any] = {}
 
+    @functools.wraps(function)  # its signature is the function's (`keywords_taken`)
     def target(*args: Any, **kwargs: Any) -> Any:
         state["called"] = True
         try:
@@ -349,6 +386,7 @@ def _guarded(adapter: Adapter, function: Callable[..., Any]) -> Candidate:
                 f"{when}, not {adapter.target}. A fault of the adapter (batchproof's): it must "
                 "pass every input it is given on to the framework's function") from err
 
+    candidate.keywords_taken = keywords_taken(wrapped)  # what `within_its_signature` reads
     return candidate
 
 

@@ -48,6 +48,7 @@ from batchproof.adapters import (
     frameworks,
     get_adapter,
     identity_adapter,
+    within_its_signature,
 )
 from batchproof.adapters.scope import Scope
 from batchproof.checks import (
@@ -383,6 +384,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
     finds needs that); `seed`, `reproduce` and `device` (where the checked inputs are made) are
     `run_check`'s. The inputs set aside for a known divergence are confirmed on the CPU."""
     candidate = candidate if candidate is not None else adapter.candidate()
+    adapter = within_its_signature(adapter, candidate)  # no routes for a function without them
     base = registry.get(adapter.record)
     wanted = checks or base.check_names()
     unknown = set(wanted) - set(base.check_names())

@@ -29,6 +29,7 @@ pins alike):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -190,6 +191,7 @@ def renamed(wrap, renames: dict[str, str]):
     def renaming_wrap(function):
         candidate = wrap(function)
 
+        @functools.wraps(candidate)  # the signature stays the wrapped function's
         def named(*args, **kwargs):
             out = candidate(*args, **kwargs)
             if isinstance(out, Mapping) and not isinstance(out, TensorDictBase):

@@ -47,7 +47,13 @@ import torch
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from batchproof.adapters import Adapter, Call, KnownDivergence, register_adapter
+from batchproof.adapters import (
+    Adapter,
+    Call,
+    KnownDivergence,
+    register_adapter,
+    without_replay,
+)
 from batchproof.ops.rl_batch import bad_rl_batch_cases, rl_batch_cases
 from batchproof.reference._checks import check_pad_token_id
 from batchproof.registry import BadCase, Case
@@ -450,7 +456,7 @@ RL_BATCH = register_adapter(Adapter(
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),
     forms=("lists",),  # `prompts[i] + responses[i]` concatenates lists; tensors would add
-    supports=left_layout_token_lists,
+    supports=without_replay(left_layout_token_lists),  # the function takes no routes
     valid=rl_batch_cases(layouts=("left",)),
     # bad inputs start from valid ones SkyRL takes: a scalar reward would fail first (TypeError,
     # `scalar_reward_rejected`) and hide the defect under test
@@ -778,7 +784,7 @@ RL_BATCH_0_4 = register_adapter(Adapter(
     # the NumPy buffers take lists and 1-D tensors alike; jagged tensors fail on `if logprobs:`
     # (docs/frameworks.md), so that form is not given
     forms=("lists", "tensors"),
-    supports=left_layout,
+    supports=without_replay(left_layout),  # the function takes no routes
     valid=rl_batch_cases(layouts=("left",)),
     # bad inputs start from valid ones without scalar rewards (a scalar reward fails first and
     # would hide the defect under test), plus the entries and rows NumPy treats differently

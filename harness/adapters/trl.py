@@ -646,7 +646,7 @@ GRPO_PAD = register_adapter(Adapter(
     devices=("cpu",),
     dtypes=(torch.int64, torch.float32),
     forms=("lists",),
-    supports=grpo_domain,
+    supports=without_replay(grpo_domain),  # `pad` takes no routes
     valid=GRPO_VALID,
     # bad inputs start from valid ones whose first rows are not empty: an empty first row turns
     # input_ids float32 (`first_row_empty_makes_ids_float`) and would hide the defect under test

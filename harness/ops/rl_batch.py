@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from hypothesis import strategies as st
 
 from batchproof import blocks as hs
+from batchproof import replay
 from batchproof.compare import assert_identical
 from batchproof.reference import rl_batch as _reference
 from batchproof.registry import (
@@ -41,6 +44,8 @@ def rl_batch_cases(
     logprobs: bool | None = None,
     max_seq_len: bool | None = None,
     value_dtypes: Sequence[torch.dtype] = (),
+    routed_experts: bool | None = False,
+    sample_support: bool | None = False,
 ) -> Case:
     """A valid `build_rl_batch` call: structure (lengths) first, then tokens and per-token values.
 
@@ -49,7 +54,11 @@ def rl_batch_cases(
     `max_seq_len`: None draws whether to pass it, True always passes it, False never.
     `value_dtypes`: when given, each per-token argument may come as 1-D tensors of one of these
     dtypes instead of lists (the placement tests draw all four float dtypes so; the registry
-    keeps lists and narrows the values in a lossy input form instead). The other defaults are
+    keeps lists and narrows the values in a lossy input form instead).
+    `routed_experts`, `sample_support` (router replay, `batchproof.replay`): None draws each in
+    a third of the examples, True always passes it, False (the default) never does: the
+    registry draws them (`BUILD_RL_BATCH`); the framework adapters, whose functions take no
+    routes, and `batchproof.strategies.rl_batch_inputs` do not. The other defaults are
     what the registry draws (`batchproof.strategies.rl_batch_inputs` exposes the options)."""
     pairs = draw(pairs if pairs is not None else hs.length_pairs())
     p_lens, r_lens = [p for p, _ in pairs], [r for _, r in pairs]
@@ -74,7 +83,18 @@ def rl_batch_cases(
             dtype = draw(st.sampled_from(value_dtypes))
             kwargs[name] = [torch.tensor(row, dtype=dtype) if isinstance(row, list) else row
                             for row in kwargs[name]]
+    # router replay, drawn last (the draws above stay as they were without it)
+    if _replayed(draw, routed_experts):
+        kwargs["routed_experts"] = draw(replay.route_entries([p + r for p, r in pairs]))
+    if _replayed(draw, sample_support):
+        kwargs["sample_support"] = draw(replay.support_entries(r_lens))
     return Case((prompts, responses), kwargs)
+
+
+def _replayed(draw, option: bool | None) -> bool:
+    """Whether a router-replay input is passed: drawn in a third of the examples when
+    `option` is None (shrinks to not passing it)."""
+    return draw(st.integers(0, 2)) == 2 if option is None else option
 
 
 PER_TOKEN_ARGS = ("rewards", "loss_masks", "logprobs")
@@ -116,18 +136,26 @@ def _rewards(r_lens, kinds: Sequence[str] = REWARD_KINDS[1:]):
 SILENT_DEFECTS = ("token_type", "value_type", "values_length")
 LOUD_DEFECTS = ("pad_type", "pad_bool", "pad_range", "layout", "count", "empty", "values_count",
                 "reward_2d", "loss_2d_tensor", "not_a_list", "token_tensor", "tokens_type")
+REPLAY_DEFECTS = ("routed_experts",) * 4 + ("sample_support",) * 2
+"""With `replay_defects=True`: a bad router-replay input (`batchproof.replay`: each error of
+docs/conventions.md, "Router replay": 13 kinds for routes, 10 for support), routes twice as
+often as support; together about a fifth of the defects, so that a run draws most kinds."""
 
 
 @st.composite
-def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) -> BadCase:
+def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None,
+                       replay_defects: bool = False) -> BadCase:
     """Invalid calls, one defect each, with the exception type the spec requires; each starts
     from a valid call (`valid`, default `rl_batch_cases()`). The defect is drawn first:
     drawn after the valid call, Hypothesis' generator picks the first kind in about a third of
     the examples and some kinds in none of a 40-example run. The defects an implementation
     can take silently (a float or str token id truncated, None or a str value turned into a
     number, a per-token row of the wrong length aligned by its own length) come first and
-    three times as often as the others, which most implementations reject by crashing."""
-    kind = draw(st.sampled_from([*SILENT_DEFECTS * 3, *LOUD_DEFECTS]))
+    three times as often as the others, which most implementations reject by crashing.
+    `replay_defects`: the router-replay defects too (`REPLAY_DEFECTS`; the registry's record
+    draws them, the framework adapters do not)."""
+    kind = draw(st.sampled_from([*SILENT_DEFECTS * 3, *LOUD_DEFECTS,
+                                 *(REPLAY_DEFECTS if replay_defects else ())]))
     bad_token = draw(st.sampled_from([1.5, "3", None]))  # for token_type
     bad_value = draw(st.sampled_from([None, "0.5", b"1"]))  # for value_type
     name = draw(st.sampled_from(["rewards", "loss_masks", "logprobs"]))  # the per-token argument
@@ -136,6 +164,8 @@ def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) ->
     kwargs = dict(good.kwargs)
     r_lens = [len(r) for r in responses]
     batch = len(prompts)
+    if kind in ("routed_experts", "sample_support"):
+        return draw(_replay_defect(prompts, responses, kwargs, kind))
     if kind == "token_tensor":  # row tensors that are not 1-D integer ids, as a list or an NJT
         shape, dtype, raises = draw(st.sampled_from([
             ((1, 1), torch.int64, ValueError), ((1,), torch.float32, TypeError),
@@ -212,7 +242,36 @@ def bad_rl_batch_cases(draw, *, valid: st.SearchStrategy[Case] | None = None) ->
     return BadCase(Case((prompts, responses), kwargs), TypeError, f"{name} is not a list")
 
 
+@st.composite
+def _replay_defect(draw, prompts, responses, kwargs: dict, name: str) -> BadCase:
+    """The call with a bad `routed_experts` or `sample_support` (built on the call's own, or
+    on one drawn valid first when it has none); its other arguments kept as they are."""
+    if name == "routed_experts":
+        counts = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        valid = kwargs.get(name) or draw(replay.route_entries(counts))
+        bad, raises, why = draw(replay.route_defect(valid, counts))
+    else:
+        lengths = [len(r) for r in responses]
+        valid = kwargs.get(name) or draw(replay.support_entries(lengths))
+        bad, raises, why = draw(replay.support_defect(valid, lengths))
+    return BadCase(Case((prompts, responses), kwargs | {name: bad}), raises, why)
+
+
 # --------------------------------------------------------------------------- input forms
+
+REPLAY_ARGS = ("routed_experts", "sample_support")
+
+
+def _replay_form(kwargs: dict, convert) -> dict:
+    """`kwargs` with each router-replay input given as a list of arrays converted by
+    `convert` (the forms are applied to valid calls)."""
+    out = dict(kwargs)
+    for name in REPLAY_ARGS:
+        value = kwargs.get(name)
+        if isinstance(value, list) and all(isinstance(e, (torch.Tensor, np.ndarray))
+                                           for e in value):
+            out[name] = convert(value)
+    return out
 
 
 def _to_tensors(case: Case) -> Case:
@@ -221,6 +280,8 @@ def _to_tensors(case: Case) -> Case:
     for name in ("rewards", "loss_masks", "logprobs"):
         if name in kwargs:
             kwargs[name] = [_as_float32(v) for v in kwargs[name]]
+    # router-replay inputs as lists of torch tensors (the lists form mixes NumPy arrays in)
+    kwargs = _replay_form(kwargs, lambda entries: [replay.as_tensor(e) for e in entries])
     return Case((hs.tensor_rows(prompts, torch.int64), hs.tensor_rows(responses, torch.int64)),
                 kwargs)
 
@@ -237,6 +298,10 @@ def _to_jagged(case: Case, device: str = "cpu", holes: bool = False) -> Case:
             rows = list(value.unbind(0)) if isinstance(value, torch.Tensor) else list(value)
             dtype = rows[0].dtype if len({v.dtype for v in rows}) == 1 else torch.float32
             kwargs[name] = hs.jagged_of_tensors(rows, dtype, device, holes=holes)
+            dtype = value[0].dtype if len({v.dtype for v in value}) == 1 else torch.float32
+            kwargs[name] = hs.jagged([v.tolist() for v in value], dtype, device, holes=holes)
+    kwargs = _replay_form(kwargs, lambda entries: replay.jagged_entries(
+        entries, holes=holes).to(device))
     return Case((hs.jagged(prompts, torch.int64, device, holes=holes),
                  hs.jagged(responses, torch.int64, device, holes=holes)), kwargs)
 
@@ -330,6 +395,13 @@ def prop_shapes_and_dtypes(case: Case, td) -> None:
     for arg, key in optional.items():
         if case.kwargs.get(arg) is not None:
             expected[key] = ((batch, max_r), torch.float32)
+    routes = replay_entries(case, "routed_experts")
+    if routes is not None:  # router replay: the routes' and the support's dtypes, as given
+        expected["routed_experts"] = ((batch, width, *routes[0].shape[1:]), routes[0].dtype)
+        expected["router_padding_mask"] = ((batch, width), torch.bool)
+    support = replay_entries(case, "sample_support")
+    if support is not None:
+        expected["sample_support"] = ((batch, max_r, support[0].shape[1]), support[0].dtype)
     tensor_keys = {k for k in td.keys() if not td.is_non_tensor(k)}
     _assert(tensor_keys == set(expected), f"tensor keys {sorted(tensor_keys)} != "
             f"{sorted(expected)}")
@@ -429,6 +501,9 @@ def prop_permutation(case: Case, td, candidate) -> None:
     for name in ("rewards", "loss_masks", "logprobs"):
         if kwargs.get(name) is not None:
             kwargs[name] = [kwargs[name][i] for i in order]
+    for name in REPLAY_ARGS:
+        if kwargs.get(name) is not None:
+            kwargs[name] = replay.permuted(kwargs[name], order)
     permuted = candidate([prompts[i] for i in order], [responses[i] for i in order], **kwargs)
     index = torch.tensor(order)
     for key in td.keys():
@@ -451,6 +526,119 @@ def prop_layouts_agree(case: Case, td, candidate) -> None:
                 vb = twin[key][i][twin["response_mask"][i].bool()]
                 _assert(torch.equal(va.view(torch.int32), vb.view(torch.int32)),
                         f"row {i}: {key} differs between layouts")
+        # router replay: token by token, the same route (and mask) on the same token, the same
+        # support row on the same response token
+        for key in ("routed_experts", "router_padding_mask"):
+            if key in td.keys():
+                _assert(key in twin.keys() and torch.equal(
+                    td[key][i][td["attention_mask"][i].bool()],
+                    twin[key][i][twin["attention_mask"][i].bool()]),
+                    f"row {i}: {key} differs between layouts on the row's tokens")
+        if "sample_support" in td.keys():
+            _assert("sample_support" in twin.keys() and torch.equal(
+                td["sample_support"][i][td["response_mask"][i].bool()],
+                twin["sample_support"][i][twin["response_mask"][i].bool()]),
+                f"row {i}: sample_support differs between layouts on the response tokens")
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def replay_entries(case: Case, name: str) -> list[torch.Tensor] | None:
+    """A router-replay input's per-sample arrays as CPU tensors, or None when not passed."""
+    value = case.kwargs.get(name)
+    return None if value is None else [replay.as_tensor(e) for e in replay.entries_of(value)]
+
+
+def token_starts(case: Case, width: int) -> list[int]:
+    """The sequence column of each row's token 0, from the lengths alone: `T - p_i - r_i`
+    (left), `P - p_i` (two_segment)."""
+    p_lens, r_lens = _lengths(case)
+    if _layout(case) == "left":
+        return [width - p - r for p, r in zip(p_lens, r_lens)]
+    return [max(p_lens) - p for p in p_lens]
+
+
+def _absent(td, keys: tuple[str, ...], given: str) -> None:
+    extra = [key for key in keys if key in td.keys()]
+    _assert(not extra, f"{extra} in the output, but no {given} was given: without router "
+            "replay the outputs are as before")
+
+
+def prop_routes_on_their_tokens(case: Case, td) -> None:
+    """Every captured route reaches its own token exactly once, in both layouts: route j of
+    sample i sits at column start_i + j of row i of routed_experts (B, T, layers, topk), bit for
+    bit and in the given dtype; router_padding_mask (B, T, bool) is False exactly on those
+    columns. Without routes, neither output is there."""
+    entries = replay_entries(case, "routed_experts")
+    if entries is None:
+        return _absent(td, ("routed_experts", "router_padding_mask"), "routed_experts")
+    batch, width = td["input_ids"].shape
+    layers, topk = entries[0].shape[1:]
+    routes, mask = td["routed_experts"].cpu(), td["router_padding_mask"].cpu()
+    _assert(tuple(routes.shape) == (batch, width, layers, topk)
+            and routes.dtype == entries[0].dtype,
+            f"routed_experts is {tuple(routes.shape)} {routes.dtype}, expected "
+            f"{(batch, width, layers, topk)} {entries[0].dtype} (the dtype as given)")
+    _assert(tuple(mask.shape) == (batch, width) and mask.dtype == torch.bool,
+            f"router_padding_mask is {tuple(mask.shape)} {mask.dtype}, expected "
+            f"({batch}, {width}) bool")
+    for i, (entry, start) in enumerate(zip(entries, token_starts(case, width))):
+        columns = list(range(start, start + entry.shape[0]))
+        unmasked = (~mask[i]).nonzero().flatten().tolist()
+        _assert(unmasked == columns, f"row {i}: router_padding_mask is False on columns "
+                f"{unmasked}, but its captured tokens sit on columns {columns}")
+        for j, column in enumerate(columns):
+            _assert(torch.equal(routes[i, column], entry[j]),
+                    f"row {i}, column {column} (token {j}) holds route "
+                    f"{routes[i, column].tolist()}, its captured route is {entry[j].tolist()}")
+
+
+def prop_dummy_routes_where_masked(case: Case, td) -> None:
+    """Every column where router_padding_mask is True (pads, uncaptured tokens) holds the dummy
+    route 0 .. topk-1 on every layer: topk distinct experts, never zeros (verl #7524), never a
+    stale real route (SGLang #36404)."""
+    if replay_entries(case, "routed_experts") is None:
+        return
+    routes, mask = td["routed_experts"].cpu(), td["router_padding_mask"].cpu()
+    for i in range(routes.shape[0]):
+        replay.assert_dummy_where_masked(routes[i], mask[i], f"row {i}, column")
+
+
+def prop_route_count_per_layer(case: Case, td) -> None:
+    """Per layer the batch's B * T slots send B * T * topk distinct (token, expert) assignments
+    (a dropless dispatcher's invariant; all-zero padding routes send one per slot)."""
+    entries = replay_entries(case, "routed_experts")
+    if entries is not None:
+        replay.assert_route_count(td["routed_experts"].cpu(), entries, "the batch")
+
+
+def prop_support_on_response_slots(case: Case, td) -> None:
+    """sample_support (B, R, top_k), in the given dtype: row i's support rows on its response
+    columns, aligned as loss_mask (the last r_i columns in "left", the first r_i in
+    "two_segment"), a row of -1 on every other column, bit for bit. Without sample_support, no
+    such output."""
+    entries = replay_entries(case, "sample_support")
+    if entries is None:
+        return _absent(td, ("sample_support",), "sample_support")
+    support = td["sample_support"].cpu()
+    batch, r_width = td["response_mask"].shape
+    top_k = entries[0].shape[1]
+    _assert(tuple(support.shape) == (batch, r_width, top_k)
+            and support.dtype == entries[0].dtype,
+            f"sample_support is {tuple(support.shape)} {support.dtype}, expected "
+            f"{(batch, r_width, top_k)} {entries[0].dtype}")
+    left = _layout(case) == "left"
+    for i, entry in enumerate(entries):
+        first = r_width - entry.shape[0] if left else 0
+        for column in range(r_width):
+            k = column - first
+            want = entry[k] if 0 <= k < entry.shape[0] else torch.full((top_k,), -1,
+                                                                       dtype=entry.dtype)
+            _assert(torch.equal(support[i, column], want),
+                    f"row {i}, response column {column}: sample_support "
+                    f"{support[i, column].tolist()}, expected {want.tolist()}"
+                    + (f" (response token {k})" if 0 <= k < entry.shape[0] else ""))
 
 
 def prop_max_seq_len_only_warns(case: Case, td, candidate) -> None:
@@ -608,6 +796,99 @@ BUILD_PINS = [
       ]],
 ]
 
+# router replay: the public reports of routes placed on the wrong slot (docs/rl_batch.md)
+
+
+def _routes(dtype: torch.dtype, *rows: list) -> list[torch.Tensor]:
+    """One `[c_i, 1, topk]` tensor of `dtype` per sample, from each sample's captured routes."""
+    return [torch.tensor(row, dtype=dtype).reshape(len(row), 1, -1) for row in rows]
+
+
+def _expect_routes(routes: list, mask: list):
+    """A pin's literal expectation: routed_experts[:, :, 0] (layer 0, as lists) and
+    router_padding_mask."""
+    def expect(case: Case, td) -> None:
+        got = td["routed_experts"][:, :, 0].tolist(), td["router_padding_mask"].tolist()
+        _assert(got == (routes, mask), f"routed_experts[:, :, 0] {got[0]}, router_padding_mask "
+                f"{got[1]}: expected {routes}, {mask}")
+    return expect
+
+
+_F, _T, _D2, _D3 = False, True, [0, 1], [0, 1, 2]  # the dummy routes of topk 2 and 3
+
+REPLAY_PINS = [
+    Pin("sglang_36404_stale_rows_repeated",
+        Case(([[1, 2], [3]], [[4, 5], [6]]), {"pad_token_id": 0, "routed_experts": _routes(
+            torch.int32, [[4, 7], [2, 5], [6, 1]], [[3, 6]])}),
+        "SGLang #36404: the rows past the captured ones came back holding a stale routing row "
+        "(one real route repeated over the padded region): every slot without a captured "
+        "route (the last sampled token, the left pad) holds the dummy route, never a repeat of "
+        "the row's last route",
+        _expect_routes([[[4, 7], [2, 5], [6, 1], _D2], [_D2, _D2, [3, 6], _D2]],
+                       [[_F, _F, _F, _T], [_T, _T, _F, _T]])),
+    Pin("verl_7524_padding_routes_not_zeros",
+        Case(([[1], [2, 3]], [[4, 5], [6]]), {
+            "pad_token_id": 0, "layout": "two_segment", "routed_experts": _routes(
+                torch.int16, [[5, 2, 9], [1, 8, 3]], [[7, 0, 4], [6, 2, 1]])}),
+        "verl #7524: the padding slots of a two-segment batch (verl's own layout) were given "
+        "the all-zero route (topk times expert 0: a dropless dispatcher's tokens * topk "
+        "broken); the left pad, the uncaptured tokens and the right pad get 0, 1, 2",
+        _expect_routes([[_D3, [5, 2, 9], [1, 8, 3], _D3], [[7, 0, 4], [6, 2, 1], _D3, _D3]],
+                       [[_T, _F, _F, _T], [_F, _F, _T, _T]])),
+    Pin("rllm_543_offset_from_longest_prompt",
+        Case(([[1], [2, 3, 4]], [[5, 6, 7], [8]]), {"pad_token_id": 0, "routed_experts": _routes(
+            torch.uint8, [[9, 8], [7, 6], [5, 4], [3, 2]], [[1, 9], [8, 2], [7, 3]])}),
+        "rllm #543 places a sample's routes at [max_prompt_length - len(prompt), "
+        "max_prompt_length + len(response)), the two-segment offset; in the left layout the "
+        "row's tokens start at T - p_i - r_i (here sample 0 at 0, not 2), in uint8 as given",
+        _expect_routes([[[9, 8], [7, 6], [5, 4], [3, 2]], [[1, 9], [8, 2], [7, 3], _D2]],
+                       [[_F, _F, _F, _F], [_F, _F, _F, _T]])),
+    Pin("routes_across_prompt_response_boundary",
+        Case(([[1, 2], [3]], [[4, 5], [6, 7]]), {"pad_token_id": 0, "routed_experts": _routes(
+            torch.int64, [[10, 11], [12, 13], [14, 15]], [[20, 21], [22, 23]])}),
+        "the first response token's route on the first response token: a layout that places "
+        "prompt and response routes separately and shifts the response part by one puts it "
+        "on the last prompt token (the logits' shift applied to the routes)",
+        _expect_routes([[[10, 11], [12, 13], [14, 15], _D2], [_D2, [20, 21], [22, 23], _D2]],
+                       [[_F, _F, _F, _T], [_T, _F, _F, _T]])),
+    Pin("loss_masked_tokens_replayed",
+        Case(([[1]], [[2, 3, 4]]), {"pad_token_id": 0, "loss_masks": [[0.0, 1.0, 0.0]],
+                                    "routed_experts": _routes(torch.int32, [[3, 1], [2, 0],
+                                                                            [1, 3]])}),
+        "a captured token outside the loss (a tool or prompt token, loss mask 0) conditions the "
+        "tokens after it: its route is replayed and unmasked, never swapped for the dummy route",
+        _expect_routes([[[3, 1], [2, 0], [1, 3], _D2]], [[_F, _F, _F, _T]])),
+    Pin("support_follows_loss_mask_columns",
+        Case(([[1, 2], [3]], [[4], [5, 6]]), {"pad_token_id": 0, "layout": "two_segment",
+                                               "sample_support": [
+            torch.tensor([[7, -1]], dtype=torch.int32),
+            torch.tensor([[8, 9], [5, -1]], dtype=torch.int32)]}),
+        "sample support sits on the response columns as loss_mask does (left-aligned in "
+        "two_segment, right-aligned in left), a row of -1 elsewhere",
+        _expect_literal("sample_support", [[[7, -1], [-1, -1]], [[8, 9], [5, -1]]])),
+    *[Pin(name, BadCase(Case(([[1, 2], [3]], [[4], [5]]), {"pad_token_id": 0} | kwargs),
+                        raises, why), why)
+      for name, kwargs, raises, why in [
+          ("routes_longer_than_sample",
+           {"routed_experts": [torch.zeros((4, 1, 2), dtype=torch.uint8),
+                               torch.zeros((0, 1, 2), dtype=torch.uint8)]}, ValueError,
+           "4 routes for 3 tokens: never truncated"),
+          ("routes_dtypes_differ",
+           {"routed_experts": [torch.zeros((1, 1, 2), dtype=torch.uint8),
+                               torch.zeros((1, 1, 2), dtype=torch.int32)]}, TypeError,
+           "uint8 and int32 routes in one batch: never widened"),
+          ("support_rows_not_per_response_token",
+           {"sample_support": [torch.full((2, 2), -1, dtype=torch.int32),
+                               torch.full((1, 2), -1, dtype=torch.int32)]}, ValueError,
+           "2 support rows for 1 response token"),
+          ("routes_checked_after_per_token_values",
+           {"rewards": [[0.5, 0.5], [0.5]],
+            "routed_experts": [torch.zeros((1, 1, 2)), torch.zeros((1, 1, 2))]}, ValueError,
+           "a reward row of the wrong length and float routes: the rewards' error first")]],
+]
+
+BUILD_PINS += REPLAY_PINS
+
 # --------------------------------------------------------------------------- response_values
 
 
@@ -671,10 +952,11 @@ BUILD_PATHS = Paths(kernel=("numba:rl_batch.write_rows", *_CPU_PATHS), cpu=_CPU_
 BUILD_RL_BATCH = register(OpInfo(
     op="rl_batch",
     function="build_rl_batch",
-    valid=rl_batch_cases(),
+    valid=rl_batch_cases(routed_experts=None, sample_support=None),
     # one defect, or two on different arguments: the reference's first check decides
-    invalid=hs.one_or_two_defects(bad_rl_batch_cases, rl_batch_cases(),
-                                  _reference.build_rl_batch),
+    invalid=hs.one_or_two_defects(
+        functools.partial(bad_rl_batch_cases, replay_defects=True),
+        rl_batch_cases(routed_experts=None, sample_support=None), _reference.build_rl_batch),
     compare=assert_identical,
     properties=[
         Property.of(prop_shapes_and_dtypes),
@@ -685,6 +967,10 @@ BUILD_RL_BATCH = register(OpInfo(
         Property.of(prop_permutation, metamorphic=True),
         Property.of(prop_layouts_agree, metamorphic=True, varies=("layout",)),
         Property.of(prop_max_seq_len_only_warns, metamorphic=True),
+        Property.of(prop_routes_on_their_tokens),
+        Property.of(prop_dummy_routes_where_masked),
+        Property.of(prop_route_count_per_layer),
+        Property.of(prop_support_on_response_slots),
     ],
     pins=BUILD_PINS,
     forms={"lists": lambda c: c, "tensors": _to_tensors, "jagged": _to_jagged,

@@ -25,6 +25,7 @@ from batchproof.models import (
 )
 from batchproof.reference import varlen as _reference
 from batchproof.registry import BadCase, Case, OpInfo, Paths, Pin, Property, register, tensors_on
+from batchproof.replay import assert_dummy_where_masked, assert_route_count
 
 MAX_ROWS = hs.MAX_ROWS
 MODEL_MAX_ROWS = 4  # model cases: a few samples of a few tokens keep one example ~10 ms
@@ -413,42 +414,6 @@ def replay_entries(case: Case, name: str) -> list[torch.Tensor] | None:
     """A router-replay input's per-sample arrays as CPU tensors, or None when not passed."""
     value = case.kwargs.get(name)
     return None if value is None else [replay.as_tensor(e) for e in replay.entries_of(value)]
-
-
-def distinct_assignments(routes: torch.Tensor) -> torch.Tensor:
-    """Per layer, the distinct (token, expert) assignments of routes (..., layers, topk)."""
-    ordered = routes.reshape(-1, *routes.shape[-2:]).sort(dim=-1).values
-    distinct = 1 + (ordered[..., 1:] != ordered[..., :-1]).sum(dim=-1)
-    return distinct.sum(dim=0)
-
-
-def assert_dummy_where_masked(routes: torch.Tensor, mask: torch.Tensor, where: str) -> None:
-    """Every slot of routes (..., layers, topk) whose mask (...) is True holds the dummy route
-    0 .. topk-1 on every layer; `where` names the slots in the message."""
-    layers, topk = routes.shape[-2:]
-    dummy = replay.dummy_slot(layers, topk, routes.dtype)
-    flat, flags = routes.reshape(-1, layers, topk), mask.reshape(-1)
-    for slot in flags.nonzero().flatten().tolist():
-        _assert(torch.equal(flat[slot], dummy),
-                f"{where} {slot}: a masked slot holds {flat[slot].tolist()}, not the dummy route "
-                f"{dummy.tolist()} (topk distinct experts, never zeros: verl #7524)")
-
-
-def assert_route_count(routes: torch.Tensor, entries: list[torch.Tensor], where: str) -> None:
-    """A dropless dispatcher's invariant: per layer, the slots of routes (..., layers, topk) send
-    slots * topk distinct (token, expert) assignments — fewer only by the repeats the captured
-    routes `entries` themselves hold (a real router repeats none; the strategies draw none)."""
-    layers, topk = routes.shape[-2:]
-    slots = routes.numel() // (layers * topk)
-    found = distinct_assignments(routes)
-    for layer in range(layers):
-        repeats = sum(int(e.shape[0]) * topk - int(distinct_assignments(e)[layer])
-                      for e in entries if e.shape[0])
-        want = slots * topk - repeats
-        _assert(int(found[layer]) == want,
-                f"{where}, layer {layer}: {slots} token slots send {int(found[layer])} distinct "
-                f"(token, expert) assignments, tokens * topk = {slots * topk} expected"
-                + (f" (less {repeats} repeats of the captured routes)" if repeats else ""))
 
 
 def _absent(td, keys: tuple[str, ...], given: str) -> None:

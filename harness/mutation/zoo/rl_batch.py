@@ -10,6 +10,7 @@ import logging
 
 import torch
 
+from batchproof import replay
 from batchproof.impl import _cpu
 from batchproof.impl import rl_batch as _impl
 from batchproof.mutation.zoo import ZooEntry
@@ -175,6 +176,170 @@ def _none_values_as_nan(prompts, responses, **kwargs):
     kwargs = {k: floats(v) if k in ("rewards", "loss_masks", "logprobs") else v
               for k, v in kwargs.items()}
     return _build(prompts, responses, **kwargs)
+
+
+# --------------------------------------------------------------------------- router replay
+# Each wraps the correct builder and moves the routes (or the support) the way the public bug
+# did; without router-replay inputs the output is untouched.
+
+
+def _edited(edit):
+    """The correct builder, then `edit(td, prompts, responses, kwargs)` on its output."""
+    def replacement(prompts, responses, **kwargs):
+        td = _build(prompts, responses, **kwargs)
+        return edit(td, prompts, responses, kwargs)
+    return replacement
+
+
+def _oracle_edited(edit):
+    def replacement(prompts, responses, **kwargs):
+        td = _oracle_build(prompts, responses, **kwargs)
+        return edit(td, prompts, responses, kwargs)
+    return replacement
+
+
+def _captured(kwargs) -> list[torch.Tensor]:
+    return [replay.as_tensor(e) for e in replay.entries_of(kwargs["routed_experts"])]
+
+
+def _lengths(td) -> tuple[list[int], list[int]]:
+    """(p_i, r_i) read from the output's masks: the same in every input form."""
+    tokens = td["attention_mask"].sum(1).tolist()
+    r_lens = td["response_mask"].sum(1).tolist()
+    return [n - r for n, r in zip(tokens, r_lens)], r_lens
+
+
+def _starts(td) -> list[int]:
+    """The column of each row's token 0 (docs/rl_batch.md)."""
+    width = td["input_ids"].shape[1]
+    p_lens, r_lens = _lengths(td)
+    if td.get_non_tensor("layout") == "left":
+        return [width - p - r for p, r in zip(p_lens, r_lens)]
+    return [max(p_lens) - p for p in p_lens]
+
+
+def _dummy_like(routes: torch.Tensor) -> torch.Tensor:
+    return torch.arange(routes.shape[-1], dtype=routes.dtype,
+                        device=routes.device).expand(routes.shape[-2:])
+
+
+def _placed_from(td, starts: list[int], entries: list[torch.Tensor], skip=lambda i, j: False):
+    """routed_experts and router_padding_mask rebuilt with row i's route j at column
+    starts[i] + j (dropped past the row's end, or where `skip(i, j)`)."""
+    routes = _dummy_like(td["routed_experts"]).expand(td["routed_experts"].shape).clone()
+    mask = torch.ones_like(td["router_padding_mask"])
+    width = routes.shape[1]
+    for i, (start, entry) in enumerate(zip(starts, entries)):
+        for j in range(entry.shape[0]):
+            if 0 <= start + j < width and not skip(i, j):
+                routes[i, start + j] = entry[j].to(routes.device)
+                mask[i, start + j] = False
+    td["routed_experts"], td["router_padding_mask"] = routes, mask
+    return td
+
+
+def _stale_rows_repeated(td, prompts, responses, kwargs):
+    """SGLang #36404's class: every slot after a row's captured routes that holds none (the
+    uncaptured tokens, the right pad) keeps a stale real route, the row's last one repeated,
+    instead of the dummy route (the mask still True there)."""
+    if "routed_experts" not in td.keys():
+        return td
+    routes, mask = td["routed_experts"].clone(), td["router_padding_mask"]
+    for i in range(routes.shape[0]):
+        last = None
+        for column in range(routes.shape[1]):
+            if not mask[i, column]:
+                last = routes[i, column].clone()
+            elif last is not None:
+                routes[i, column] = last
+    td["routed_experts"] = routes
+    return td
+
+
+def _zero_padding_routes(td, prompts, responses, kwargs):
+    """verl #7524's class: every slot without a captured route given the all-zero route (topk
+    times expert 0) instead of the dummy route."""
+    if "routed_experts" in td.keys():
+        mask = td["router_padding_mask"][..., None, None]
+        td["routed_experts"] = torch.where(mask, torch.zeros_like(td["routed_experts"]),
+                                           td["routed_experts"])
+    return td
+
+
+def _offset_from_longest_prompt(td, prompts, responses, kwargs):
+    """rllm #543's offset in the left layout: row i's routes placed from column
+    max p - p_i (the two-segment start) instead of T - p_i - r_i."""
+    if "routed_experts" not in td.keys() or td.get_non_tensor("layout") != "left":
+        return td
+    p_lens = _lengths(td)[0]
+    return _placed_from(td, [max(p_lens) - p for p in p_lens], _captured(kwargs))
+
+
+def _shifted_at_boundary(td, prompts, responses, kwargs):
+    """Prompt and response routes placed separately, the response part one column early: the
+    first response token's route on the last prompt token, the last captured token left with
+    the dummy route."""
+    if "routed_experts" not in td.keys():
+        return td
+    starts, entries, p_lens = _starts(td), _captured(kwargs), _lengths(td)[0]
+    td = _placed_from(td, starts, entries, skip=lambda i, j: j >= p_lens[i] > 0)
+    routes, mask = td["routed_experts"], td["router_padding_mask"]
+    for i, (start, entry, p) in enumerate(zip(starts, entries, p_lens)):
+        for j in range(p, entry.shape[0]) if p else ():
+            routes[i, start + j - 1] = entry[j].to(routes.device)
+            mask[i, start + j - 1] = False
+    return td
+
+
+def _routes_widened(td, prompts, responses, kwargs):
+    """A silent dtype change: the laid-out routes in int64 (a dummy buffer made with
+    torch.arange's default dtype, the routes copied into it) whatever dtype they came in."""
+    if "routed_experts" in td.keys():
+        td["routed_experts"] = td["routed_experts"].to(torch.int64)
+    return td
+
+
+def _routes_dropped(td, prompts, responses, kwargs):
+    """Routes dropped: the response tokens' captured routes replaced by the dummy route (the
+    mask True), as if only the prompt's routes had been carried into the batch."""
+    if "routed_experts" not in td.keys():
+        return td
+    p_lens = _lengths(td)[0]
+    return _placed_from(td, _starts(td), _captured(kwargs), skip=lambda i, j: j >= p_lens[i])
+
+
+def _support_right_aligned(td, prompts, responses, kwargs):
+    """two_segment support rows right-aligned (the left layout's rule) while its loss_mask
+    and response_mask are left-aligned: support rows on other tokens' columns."""
+    if "sample_support" not in td.keys() or td.get_non_tensor("layout") != "two_segment":
+        return td
+    support = td["sample_support"].clone()
+    width = support.shape[1]
+    for i, r in enumerate(_lengths(td)[1]):
+        support[i] = torch.roll(support[i], width - r, dims=0)
+    td["sample_support"] = support
+    return td
+
+
+def _loss_masked_tokens_unreplayed(td, prompts, responses, kwargs):
+    """Routes replayed only on trained tokens: a captured response token whose loss mask is 0
+    gets the dummy route and the mask."""
+    if "routed_experts" not in td.keys() or kwargs.get("loss_masks") is None:
+        return td
+    (p_lens, r_lens), loss = _lengths(td), td["loss_mask"].tolist()
+    first = [len(row) - r if td.get_non_tensor("layout") == "left" else 0
+             for row, r in zip(loss, r_lens)]  # the response column of response token 0
+
+    def untrained(i: int, j: int) -> bool:
+        return j >= p_lens[i] and loss[i][first[i] + j - p_lens[i]] == 0.0
+
+    return _placed_from(td, _starts(td), _captured(kwargs), skip=untrained)
+
+
+def _replay(name, bug, killers, edit, reference="") -> ZooEntry:
+    return ZooEntry(name=f"rl_batch.{name}", op="rl_batch", function="build_rl_batch",
+                    bug=f"router replay: {bug}", killers=killers, replacement=_edited(edit),
+                    reference=reference)
 
 
 # --------------------------------------------------------------------------- spec choices
@@ -470,6 +635,51 @@ ENTRIES = [
         replacement=lambda flat: flat,
         target="quieted",
     ),
+    _replay("stale_route_rows_repeated",
+            "stale rows: every slot after a row's captured routes (the uncaptured tokens, the "
+            "right pad) holds the row's last real route repeated instead of the dummy route",
+            ("equivalence", "property:dummy_routes_where_masked",
+             "pin:sglang_36404_stale_rows_repeated"), _stale_rows_repeated,
+            "sgl-project/sglang#36404"),
+    _replay("zero_filled_padding_routes",
+            "zero-filled padding routes: the pads and the uncaptured tokens sent topk times to "
+            "expert 0, a dropless dispatcher's tokens * topk broken",
+            ("equivalence", "property:dummy_routes_where_masked",
+             "property:route_count_per_layer", "pin:verl_7524_padding_routes_not_zeros"),
+            _zero_padding_routes, "verl-project/verl#7524"),
+    _replay("routes_offset_from_longest_prompt",
+            "routes placed at an offset computed from the longest prompt (max p - p_i, the "
+            "two-segment start) in the left layout, whose rows start at T - p_i - r_i",
+            ("equivalence", "property:routes_on_their_tokens", "property:layouts_agree",
+             "pin:rllm_543_offset_from_longest_prompt"), _offset_from_longest_prompt,
+            "rllm-org/rllm#543"),
+    _replay("route_shifted_at_prompt_response_boundary",
+            "a route shifted by one at the prompt/response boundary: the response part placed "
+            "one column early, its first route on the last prompt token",
+            ("equivalence", "property:routes_on_their_tokens",
+             "pin:routes_across_prompt_response_boundary"), _shifted_at_boundary),
+    _replay("routes_widened_to_int64",
+            "a silent dtype change: uint8 / int16 / int32 routes laid out in int64",
+            ("equivalence", "property:shapes_and_dtypes", "property:routes_on_their_tokens",
+             "pin:rllm_543_offset_from_longest_prompt"), _routes_widened),
+    _replay("response_routes_dropped",
+            "routes dropped: the response tokens' captured routes replaced by the dummy route, "
+            "only the prompt's carried into the batch (the trained tokens routed afresh)",
+            ("equivalence", "property:routes_on_their_tokens",
+             "pin:routes_across_prompt_response_boundary"), _routes_dropped),
+    _replay("support_right_aligned_in_two_segment",
+            "sample support right-aligned in two_segment while its loss_mask is left-aligned: "
+            "support rows on other tokens' columns",
+            ("equivalence", "property:support_on_response_slots", "property:layouts_agree",
+             "pin:support_follows_loss_mask_columns"), _support_right_aligned),
+    ZooEntry(
+        name="rl_batch.oracle_loss_masked_tokens_unreplayed", op="rl_batch",
+        function="build_rl_batch",
+        bug="spec choice: routes replayed on trained tokens only (a captured response token "
+            "with loss mask 0 gets the dummy route and the mask) instead of on every captured "
+            "token",
+        killers=("property:routes_on_their_tokens", "pin:loss_masked_tokens_replayed"),
+        replacement=_oracle_edited(_loss_masked_tokens_unreplayed), oracle=True),
     _dispatch("numba_kernel_never_dispatched",
               "the Numba kernel's dispatch condition always false: tensors and jagged rows "
               "take the torch composition (equal outputs, a slower op)", ("paths:kernel",),
