@@ -298,8 +298,6 @@ def _to_jagged(case: Case, device: str = "cpu", holes: bool = False) -> Case:
             rows = list(value.unbind(0)) if isinstance(value, torch.Tensor) else list(value)
             dtype = rows[0].dtype if len({v.dtype for v in rows}) == 1 else torch.float32
             kwargs[name] = hs.jagged_of_tensors(rows, dtype, device, holes=holes)
-            dtype = value[0].dtype if len({v.dtype for v in value}) == 1 else torch.float32
-            kwargs[name] = hs.jagged([v.tolist() for v in value], dtype, device, holes=holes)
     kwargs = _replay_form(kwargs, lambda entries: replay.jagged_entries(
         entries, holes=holes).to(device))
     return Case((hs.jagged(prompts, torch.int64, device, holes=holes),
