@@ -147,7 +147,7 @@ def _list_placements() -> None:
         here = "default" if name == available[0] else "yes" if name in available else \
             f"no: pip install 'batchproof[{extra}]'"
         table.add_row(name, what, ", ".join(PLACEMENT_KINDS[name]) or "none", here)
-    console.print(table)
+    console.print(table, markup=False)  # `batchproof[kernels]` is no markup
 
 def _list_profiles() -> None:
     from batchproof import profiles
