@@ -259,6 +259,17 @@ def test_a_named_paths_check_runs_on_its_placement_alone(ran, screen) -> None:
     assert ran.made == [("rl_batch.build_rl_batch", "paths:cpu", "cpu")]
 
 
+def test_a_named_paths_check_runs_beside_checks_of_one_code_path(ran, screen) -> None:
+    """The other checks ran one code path (the op never asked where it runs), so the other
+    placements' would run the same code again; a `paths:PLACEMENT` check named still runs:
+    it counts the paths of its own run (once, it was silently left out)."""
+    record = "balance.micro_batches"
+    assert main(["verify", "--op", record, "--check", "equivalence", "--check",
+                 "paths:generic", "--check", "errors"]) == 0
+    assert ran.made == [(record, "equivalence", "kernel"), (record, "errors", "kernel"),
+                        (record, "paths:generic", "generic")]
+
+
 def test_each_placement_of_a_record_with_paths_gets_its_paths_check(ran, screen, monkeypatch,
                                                                     tmp_path) -> None:
     ran.asks = True
