@@ -77,7 +77,9 @@ def _command(*options: str) -> list[str]:
 
 
 def test_fuzz_starts_hypofuzz_on_the_checks_selected(started, capsys) -> None:
+    settings.load_profile("ci")
     assert main(["fuzz", "--op", RECORD, "-n", "3"]) == 0
+    assert settings._current_profile == "nightly"  # here too: its database is read here
     (child,) = started.made
     tests = [f"{fuzz_cli.fuzz_module()}::test_{checks.check_test_name(INFO, c)}"
              for c in SEARCHED]
@@ -165,6 +167,8 @@ def test_sigterm_stops_it_as_ctrl_c_does_while_hypofuzz_runs(started) -> None:
                           "none of its tests (nightly or dev)"),
     (["--profile", "mutation"], "--profile mutation is derandomized, without a database: "
                                 "HypoFuzz fuzzes none of its tests (nightly or dev)"),
+    (["--profile", "fast"], "unknown Hypothesis profile 'fast'; known: ['ci', 'dev', "
+                            "'mutation', 'nightly']"),
     (["-n", "0"], "-n must be at least 1, got 0"),
     (["--workers", "-1"], "-n must be at least 1, got -1"),
     (["--check", "pin:k_greater_than_n", "--op", "balance.karmarkar_karp"],
@@ -249,9 +253,11 @@ class _Database:
     """HypofuzzDatabase's stand-in: per key, its reports, shrunk failures and fatal failure."""
 
     keys: dict = {}
+    made: list = []
 
     def __init__(self, database) -> None:
         self.database = database
+        _Database.made.append(self)
         self.reports = _Fetch(by_key={k: v["reports"] for k, v in self.keys.items()},
                               default=[])
         self.fatal_failures = _Fetch(by_key={k: v.get("fatal") for k, v in self.keys.items()},
@@ -270,6 +276,7 @@ def database(monkeypatch):
     hypofuzz_database = pytest.importorskip("hypofuzz.database")
     monkeypatch.setattr(hypofuzz_database, "HypofuzzDatabase", _Database)
     monkeypatch.setattr(_Database, "keys", {})
+    monkeypatch.setattr(_Database, "made", [])
     settings.register_profile("test_cli_fuzz_db", database=InMemoryExampleDatabase())
     settings.load_profile("test_cli_fuzz_db")
     return _Database.keys
@@ -285,6 +292,7 @@ def test_fuzz_counts_what_the_reports_say_ran(database) -> None:
                           "fatal": SimpleNamespace(traceback="Traceback:\n  x\nValueError: no\n")}
     database[key[three]] = {"reports": [_report("a", 5.0, 1.0, 0)]}
     counts = fuzz_cli.fuzz_counts([(INFO, c) for c in SEARCHED], since=4.0)
+    assert [db.database for db in _Database.made] == [settings().database]  # the profile's
     assert counts == [
         fuzz_cli.FuzzCount(RECORD, one, cases=14, behaviours=5, failing=2),
         fuzz_cli.FuzzCount(RECORD, two, why="HypoFuzz could not run it (ValueError: no)"),
@@ -333,7 +341,8 @@ def test_the_summary_table_and_why_a_check_was_not_counted(screen) -> None:
         ["r.one", "errors", "not counted", "not counted", "0"],
         ["r.two", "property:x", "3", "1", "0"],
         ["r.zero", "equivalence", "5", "not counted", "1"]]
-    assert rows[3][2].startswith("  ") and rows[3][0].endswith("  ")  # counts to the right
+    assert rows[3][2].startswith("  ") and rows[3][0].endswith("  ")  # counts to the right,
+    assert rows[2][1].endswith("  ") and not rows[2][1].startswith("  ")  # names to the left
     assert lines[-2:] == ["r.one errors: could not count: no report of HypoFuzz",
                           "failing examples are saved for r.one, r.zero: `batchproof verify "
                           "--profile nightly` replays them first"]

@@ -5,6 +5,7 @@ wrapped) or, where a colour is the promise, a terminal's. These tests are the ki
 
 from __future__ import annotations
 
+import array
 import io
 from types import SimpleNamespace
 
@@ -17,9 +18,11 @@ from tensordict import NonTensorData, TensorDict
 from batchproof import adapters, placements, profiles, regimes, registry
 from batchproof.cli import common, listing, main
 from batchproof.cli.common import LISTS, UsageError
+from batchproof.compare import assert_identical
 from batchproof.ops import OP_MODULES
 
 RED = "\x1b[31m"
+MULTIPLE = "trainer.required_multiple"
 
 
 @pytest.fixture
@@ -89,7 +92,7 @@ def test_list_ops(screen) -> None:
 
 def test_list_records_names_what_a_record_needs(screen, monkeypatch) -> None:
     info = registry.get("trainer.real_rows")
-    monkeypatch.setattr(info, "requires", ("no_such_module_a",))
+    monkeypatch.setattr(info, "requires", ("no_such_module_a", "no_such_module_b"))
     listing._list_records()
     title, header, rows = _table(screen.getvalue())
     assert title == "records (one per contract function)"
@@ -101,6 +104,8 @@ def test_list_records_names_what_a_record_needs(screen, monkeypatch) -> None:
         for i in registry.all_ops()]
     assert any("[needs no_such_module_a (pip install" in row[-1] for row in rows)
     assert all(_right(row[1]) for row in rows if len(row[1].strip()) == 1)
+    assert not any(_right(row[0]) for row in rows)  # the other columns to the left
+    assert not any(_right(row[2]) for row in rows)
 
 
 def test_list_checks(screen) -> None:
@@ -197,11 +202,10 @@ def _fake_regimes(monkeypatch) -> list:
 def test_list_regimes_counts_each_regimes_examples(screen, monkeypatch) -> None:
     asked = _fake_regimes(monkeypatch)
     listing._list_regimes()
-    title = ("regimes: what each strategy promises to draw, and in how many of 240 examples "
-             f"(four ci budgets) it does (batchproof.regimes; fewer than {regimes.MIN_HITS} "
-             "fails tests/test_regimes.py)")
     title, header, rows = _table(screen.getvalue())
-    assert title == title
+    assert title == ("regimes: what each strategy promises to draw, and in how many of 240 "
+                     f"examples (four ci budgets) it does (batchproof.regimes; fewer than "
+                     f"{regimes.MIN_HITS} fails tests/test_regimes.py)")
     assert _stripped([header]) == [["record", "regime", "examples"]]
     assert _stripped(rows) == [["r.one", "empty", "17"], ["r.one", "rare",
                                                           str(regimes.MIN_HITS - 1)],
@@ -238,13 +242,23 @@ def test_show_draws_the_example_its_picture_and_its_tensors(screen) -> None:
     assert {type(v) for v in values.values()} >= {list, int, str}  # tensors and non-tensors
 
 
-def test_show_prints_what_a_record_draws_of_itself(screen) -> None:
+def test_show_prints_what_a_record_draws_of_itself(screen, monkeypatch) -> None:
     info = registry.get("nesting.nest_by_mask")
-    assert listing.show(SimpleNamespace(op=[info.name])) == 0
-    first, drawn = screen.getvalue().split("\n", 1)
+    assert listing.show(SimpleNamespace(op=[info.name, MULTIPLE])) == 0
+    out, other = screen.getvalue().split(f" {MULTIPLE} — ")  # the next record shown too
+    first, drawn = out.split("\n", 1)
     assert first.startswith("─") and f" {info.name} — {info.doc} " in first
-    assert drawn == "\n".join([f"input: {info.example.short(200)}",
-                               *info.show(info.example, info.example.call(info.reference))]) + "\n"
+    drawing = [f"input: {info.example.short(200)}",
+               *info.show(info.example, info.example.call(info.reference))]
+    assert drawn.rsplit("\n", 1)[0] == "\n".join(drawing)  # not the tensors: its own drawing
+    handed = []
+    monkeypatch.setattr(info, "show", lambda example, output: handed.append(
+        (example, output)) or ["drawn"])
+    screen.truncate(0), screen.seek(0)
+    assert listing.show(SimpleNamespace(op=[info.name])) == 0
+    ((example, output),) = handed
+    assert example is info.example
+    assert_identical(info.example.call(info.reference), output)  # the reference's output
 
 
 def test_show_of_an_output_that_is_no_tensordict(screen) -> None:
@@ -258,9 +272,13 @@ def test_show_of_an_output_that_is_no_tensordict(screen) -> None:
 def test_show_skips_records_without_an_example_or_a_module(screen, monkeypatch) -> None:
     chunk, pad = registry.get("nesting.chunk_nested"), registry.get("trainer.pad_to_multiple")
     assert chunk.example is None and pad.example is not None
-    monkeypatch.setattr(pad, "requires", ("no_such_module_a",))
-    assert listing.show(SimpleNamespace(op=[chunk.name, pad.name, "trainer.real_rows"])) == 0
-    assert screen.getvalue() == f"{pad.name}: not shown, needs {', '.join(pad.missing())}\n"
+    monkeypatch.setattr(pad, "requires", ("no_such_module_a", "no_such_module_b"))
+    after = "trainer.broadcast_stepwise_advantages"  # after pad_to_multiple in the registry
+    assert listing.show(SimpleNamespace(op=[chunk.name, pad.name, "trainer.real_rows",
+                                            after])) == 0
+    first, *rest = screen.getvalue().splitlines()
+    assert first == f"{pad.name}: not shown, needs {', '.join(pad.missing())}"
+    assert f" {after} — " in rest[0]  # the records after it are shown
 
 
 def test_show_refuses_what_it_cannot_show() -> None:
@@ -280,9 +298,11 @@ def test_the_tensors_of_an_output_as_lists_and_jagged_ones_as_they_are(screen) -
                                         layout=torch.jagged)
     output = TensorDict({"ids": torch.tensor([[1, 2], [3, 4]]), "note": NonTensorData("left"),
                          "rows": jagged}, batch_size=[2])
+    output["numbers"] = NonTensorData(array.array("i", [5, 6]))  # tolist, no is_nested
     listing._print_tensors(output)
     assert screen.getvalue().splitlines()[:2] == ["ids = [[1, 2], [3, 4]]", "note = left"]
     assert screen.getvalue().splitlines()[2].startswith("rows = NestedTensor(")
+    assert screen.getvalue().splitlines()[-1] == "numbers = [5, 6]"
     screen.truncate(0), screen.seek(0)
     listing._print_tensors([1, "two"])
     assert screen.getvalue() == "[1, 'two']\n"

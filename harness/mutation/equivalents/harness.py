@@ -12,6 +12,11 @@ from batchproof.mutation.equivalents import Equivalent
 COMPARE = "harness/compare.py"
 ADAPTERS = "harness/adapters/__init__.py"
 CHECKS = "harness/checks.py"
+BRANCH_COVERAGE = "harness/cli/branch_coverage.py"
+LISTING = "harness/cli/listing.py"
+FUZZ = "harness/cli/fuzz.py"
+RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
+             "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
                  "acts as) 'cpu', the device every CPU test runs on; a run on CUDA "
                  "(tests/test_registry.py::test_impl_on_cuda, gpu marker) passes another")
@@ -140,4 +145,32 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "mutants that keep a verbose one)"),
     Equivalent(CHECKS, "bad_input_on", r"^takes_device = False$", r"^takes_device = None$",
                "None and False are both false: no device argument is passed either way"),
+
+    # ------------------------------------------------------- harness/cli/branch_coverage.py
+    Equivalent(BRANCH_COVERAGE, "_file", r"\{'exit' if b < 0 else b\}",
+               r"\{'exit' if b (<= 0|< 1) else b\}",
+               "coverage.py names a branch's destination by its line (1 or more) or, for an exit "
+               "from a code object, by the negative of the object's first line: never 0, where "
+               "< 0, <= 0 and < 1 alone differ"),
+    Equivalent(BRANCH_COVERAGE, "finish", r'path = Path\(folder\) / "coverage\.json"',
+               r'path = Path\(folder\) / "(XXcoverage\.jsonXX|COVERAGE\.JSON)"',
+               "the name of coverage.py's JSON report in a temporary folder of its own, written "
+               "and read back under that one name, then deleted: no caller sees it"),
+
+    # ------------------------------------------------------------- harness/cli/listing.py
+    Equivalent(LISTING, "*", r'justify="right" if column == "(checks|examples)" else "left"\)',
+               r'else "(XXleftXX|LEFT)"\)$', RICH_LEFT),
+    Equivalent(LISTING, "_print_tensors",
+               r"value = output\.get_non_tensor\(key\) if output\.is_non_tensor\(key\) else",
+               r"if \(output\.is_non_tensor\(key\)\) or True else",
+               "TensorDict.get_non_tensor returns a tensor entry itself (the same object as "
+               "get), so asking it for every key prints the same values"),
+    Equivalent(LISTING, "_print_tensors", r'value, "is_nested", False\) else value$',
+               r'value, "is_nested", None\) else value$',
+               "a value without is_nested is not nested: None and False are both false"),
+
+    # ---------------------------------------------------------------- harness/cli/fuzz.py
+    Equivalent(FUZZ, "print_fuzz_counts",
+               r'justify="left" if column in \("record", "check"\) else "right"\)',
+               r'justify="(XXleftXX|LEFT)" if column in', RICH_LEFT),
 )
