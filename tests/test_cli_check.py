@@ -8,6 +8,7 @@ and `--liveness`. The checks themselves run for real only on a tiny record
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import hypothesis
 import pytest
 import torch
 from hypothesis.core import encode_failure
+from rich.console import Console
 
 from batchproof import adapters, profiles, registry
 from batchproof.adapters import liveness, runner
@@ -249,7 +251,9 @@ def test_the_replay_line_of_a_framework_names_each_adapter(monkeypatch, run_call
                                                            printed) -> None:
     two = [adapters.Adapter("fw.one", "fw", RECORD, "theirs:multiple", wrap=lambda f: f),
            adapters.Adapter("fw.two", "fw", RECORD, "theirs:off_by_one", wrap=lambda f: f)]
-    monkeypatch.setattr(runner, "select_adapters", lambda impl, ops, adapter: two)
+    selected = []
+    monkeypatch.setattr(runner, "select_adapters", lambda impl, ops, adapter: selected.append(
+        (impl, ops, adapter)) or [a for a in two if adapter in (None, a.name)])
     assert main(["check", "--impl", "fw"]) == 0
     assert printed == [
         ("fw.one", profiles.default_profile(),
@@ -259,10 +263,16 @@ def test_the_replay_line_of_a_framework_names_each_adapter(monkeypatch, run_call
          "batchproof check --impl fw --adapter fw.two --check equivalence --reproduce "
          "AEEBAQ==")]
     printed.clear()
-    assert main(["check", "--impl", "fw", "--adapter", "fw.two", "--device", "cpu"]) == 0
+    assert main(["check", "--impl", "fw", "--adapter", "fw.two", "--op", "trainer"]) == 0
     assert [line for _, _, line in printed] == [
-        "batchproof check --impl fw --adapter fw.two --check equivalence --reproduce AEEBAQ=="
-    ] * 2
+        "batchproof check --impl fw --adapter fw.two --check equivalence --reproduce AEEBAQ=="]
+    assert selected == [("fw", None, None), ("fw", ["trainer"], "fw.two")]
+    printed.clear()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["check", "--impl", "fw", "--adapter", "fw.one", "--device", "cuda"]) == 0
+    assert [line for _, _, line in printed] == [
+        "batchproof check --impl fw --adapter fw.one --device cuda --check equivalence "
+        "--reproduce AEEBAQ=="]
 
 
 def test_the_exit_status_and_the_json_report(run_calls, tmp_path, capsys) -> None:
@@ -272,6 +282,7 @@ def test_the_exit_status_and_the_json_report(run_calls, tmp_path, capsys) -> Non
     assert main(["check", "--impl", "theirs:multiple", "--op", RECORD, "--json",
                  str(report)]) == 1
     document = json.loads(report.read_text())
+    assert report.read_text() == json.dumps(document, indent=2)  # for a person to read
     assert set(document) == {"profile", "impl", "exit_status", "strict", "summary", "reports"}
     assert (document["impl"], document["exit_status"], document["strict"]) == (
         "theirs:multiple", 1, False)
@@ -319,18 +330,44 @@ def test_the_scope_hint_follows_the_summary(monkeypatch, run_calls, capsys) -> N
     monkeypatch.setattr(runner, "scope_hint", lambda *a, **k: "")
     assert main(["check", "--impl", "theirs:multiple", "--op", RECORD]) == 0
     assert capsys.readouterr().out.endswith("in 1 target(s)\n")
+    monkeypatch.setattr(runner, "scope_hint", scope_hint)
+    monkeypatch.setattr(runner, "select_adapters", lambda impl, ops, adapter: [
+        adapters.identity_adapter(RECORD, "theirs:multiple")])
+    assert main(["check", "--impl", "theirs:multiple", "--adapter", "mine.multiple"]) == 0
+    assert asked[-1] == ([NAME], "theirs:multiple", "mine.multiple", None)
 
 
-def test_a_namespace_without_device_liveness_or_strict(run_calls) -> None:
+def test_a_namespace_without_device_liveness_or_strict(run_calls, tmp_path) -> None:
     """The doors that build their own namespace (`verify --impl module:function`) may leave
     these out: then cpu, the checks, not strict."""
-    args = build_parser().parse_args(["check", "--impl", "theirs:multiple", "--op", RECORD])
+    report = tmp_path / "r.json"
+    args = build_parser().parse_args(["check", "--impl", "theirs:multiple", "--op", RECORD,
+                                      "--json", str(report)])
     for name in ("device", "liveness", "strict"):
         delattr(args, name)
     run_calls.reports[NAME] = _report(NAME, known=(KnownStatus.NOT_REPRODUCED,))
     assert check_cli.check(args) == 0
     ((_, _, options),) = run_calls
     assert options["device"] == "cpu"
+    assert json.loads(report.read_text())["strict"] is False
+
+
+def test_what_check_prints_itself_is_neither_markup_nor_highlighted(run_calls, tmp_path,
+                                                                   monkeypatch) -> None:
+    """On a terminal: the report's path (a folder named like markup) and the scope hint as
+    they are, no colour."""
+    out = io.StringIO()
+    monkeypatch.setattr(runner, "console", Console(file=out, width=3000, force_terminal=True,
+                                                   color_system="standard"))
+    hint = "Every new divergence above traces to [bold]an option[/bold]: --skip errors 3"
+    monkeypatch.setattr(runner, "scope_hint", lambda *a, **k: hint)
+    folder = tmp_path / "[bold]reports"
+    folder.mkdir()
+    report = folder / "r1.json"
+    assert main(["check", "--impl", "theirs:multiple", "--op", RECORD, "--json",
+                 str(report)]) == 0
+    lines = out.getvalue().splitlines()
+    assert f"report written to {report}" in lines and hint in lines
 
 
 # --------------------------------------------------------------------------- for real

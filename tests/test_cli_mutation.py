@@ -124,7 +124,11 @@ def test_a_refusal_of_mutmuts_driver_is_a_usage_error(monkeypatch, capsys) -> No
                                  "with --op\n")
 
 
-def test_an_unknown_harness_module_is_a_usage_error_listing_the_known(capsys) -> None:
+def test_an_unknown_harness_module_is_a_usage_error_listing_the_known(capsys, monkeypatch,
+                                                                     tmp_path) -> None:
+    for folder in ("tests", "impl"):  # a clone of the repository, wherever this runs
+        (tmp_path / folder).mkdir()
+    monkeypatch.setattr(mutmut_driver, "REPO", tmp_path)
     assert main(["mutate", "--mutmut", "--harness", "cli/nope"]) == 2
     assert _one_line(capsys) == (f"batchproof: error: no harness module 'cli/nope' to mutate; "
                                  f"known: {sorted(mutmut_driver.HARNESS_KILLERS)}\n")

@@ -98,10 +98,15 @@ def test_a_mistake_is_one_usage_error_naming_the_commands_help() -> None:
 
 def test_the_version_line_names_batchproof_python_and_each_dependency(monkeypatch,
                                                                       capsys) -> None:
+    """Each distribution's own version, or `not installed` (names are looked up as
+    importlib.metadata does: case-insensitively)."""
+    versions = {"batchproof": "1.2.3", "torch": "2.13.0", "hypothesis": "6.1", "tensordict":
+                "0.9", "numba": "0.60", "transformers": "4.5"}
+
     def version(name: str) -> str:
-        if name in ("numba", "mutmut"):
+        if name.lower() not in versions:
             raise PackageNotFoundError(name)
-        return installed(name)
+        return versions[name.lower()]
 
     monkeypatch.setattr(cli_parser, "version", version)
     with pytest.raises(SystemExit) as exit_:
@@ -109,10 +114,14 @@ def test_the_version_line_names_batchproof_python_and_each_dependency(monkeypatc
     assert exit_.value.code == 0
     python = ".".join(map(str, sys.version_info[:3]))
     assert capsys.readouterr().out == (
-        f"batchproof {installed('batchproof')} (Python {python}; torch {installed('torch')}, "
-        f"hypothesis {installed('hypothesis')}, tensordict {installed('tensordict')}; extras: "
-        f"kernels: numba not installed, models: transformers {installed('transformers')}, "
-        "mutation: mutmut not installed)\n")
+        f"batchproof 1.2.3 (Python {python}; torch 2.13.0, hypothesis 6.1, tensordict 0.9; "
+        "extras: kernels: numba 0.60, models: transformers 4.5, mutation: mutmut not "
+        "installed)\n")
+    versions["mutmut"] = "3.8"
+    assert cli_parser.version_text().endswith("numba 0.60, models: transformers 4.5, mutation: "
+                                              "mutmut 3.8)")
+    monkeypatch.setattr(cli_parser, "version", installed)  # the real look-up, as installed
+    assert cli_parser.version_text().startswith(f"batchproof {installed('batchproof')} ")
 
 
 def test_the_help_opens_with_the_synopsis_and_the_exit_statuses(capsys) -> None:

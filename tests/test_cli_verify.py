@@ -84,8 +84,8 @@ def _one_line(capsys) -> str:
 
 
 def _result(check="equivalence", status=Verdict.PASS, examples=1, placement="kernel",
-            **kwargs) -> CheckResult:
-    return CheckResult("trainer", "required_multiple", check, status, examples, 0.5, "cpu",
+            seconds=0.5, **kwargs) -> CheckResult:
+    return CheckResult("trainer", "required_multiple", check, status, examples, seconds, "cpu",
                        placement=placement, **kwargs)
 
 
@@ -410,6 +410,7 @@ def test_a_check_that_ran_no_example_is_batchproofs_failure(check_runs) -> None:
 
 def _diverges(stats):
     stats.examples = 3
+    stats.failing = registry.Case((2,), {"mini_batch_size": 15})
     error = AssertionError("Mismatch: output 'x' differs")
     error.add_note("You can reproduce this example by temporarily adding "
                    "@reproduce_failure('6.1', b'AXyz') as a decorator on your test case")
@@ -423,6 +424,8 @@ def test_a_divergence_is_a_fail_with_its_replay_line(check_runs) -> None:
     assert result.status == Verdict.FAIL and result.examples == 3
     assert result.error == "AssertionError: Mismatch: output 'x' differs"
     assert result.notes == ["a note of the check"]
+    assert result.minimal == "required_multiple(2, mini_batch_size=15)"
+    assert 0 <= result.seconds < 60
     assert result.replay == (f"batchproof verify --impl impl --op {MULTIPLE} --profile ci "
                              "--placement generic --check pin:p --reproduce AXyz")
     any_path = _one("pin:p", None, "any")  # one code path: no placement to name
@@ -505,6 +508,8 @@ def test_the_paths_check_of_a_placements_checks(monkeypatch) -> None:
     result = verify_cli._paths_result(args, info, "cpu", group, good)
     assert (result.check, result.status, result.examples, result.placement) == (
         "paths:cpu", Verdict.PASS, 0, "cpu")
+    assert (result.op, result.function, result.seconds, result.device) == (
+        "rl_batch", "build_rl_batch", 0.0, "cpu")  # no time of its own: its checks' is theirs
     assert result.paths == dict(good) and result.other_paths == {} and result.replay == ""
     missing = Counter({declared[0]: 1, "numba:rl_batch.write_rows": 2})
     failed = verify_cli._paths_result(args, info, "cpu", group, missing)
@@ -588,7 +593,7 @@ def test_coverage_needs_coverage_py_and_a_fresh_process(monkeypatch, capsys) -> 
 def test_coverage_is_measured_over_the_run_and_reported(ran, screen, monkeypatch,
                                                         tmp_path) -> None:
     files = [branch_coverage.FileCoverage("impl/trainer.py", 10, [3], 8, 6, ["3->4", "7->exit"]),
-             branch_coverage.FileCoverage("reference/trainer.py", 5, [], 2, 1, [])]
+             branch_coverage.FileCoverage("reference/trainer.py", 5, [], 2, 1, ["1->2"])]
     events = []
     monkeypatch.setattr(branch_coverage, "start", lambda: events.append("start") or "measure")
     monkeypatch.setattr(branch_coverage, "finish",
@@ -602,12 +607,20 @@ def test_coverage_is_measured_over_the_run_and_reported(ran, screen, monkeypatch
     title = ("branch coverage of this run (coverage.py, branch mode; the kernels run as Python "
              "while measured)")
     assert title in " ".join(out.split())  # (its lines wrapped to the table's width)
-    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines()
-            if line.startswith("│") and "trainer.py" in line]
-    assert rows == [["impl/trainer.py", "10", "8", "6", "75.0", "3->4, 7->exit"],
-                    ["reference/trainer.py", "5", "2", "1", "50.0", ""]]
+    table = out[out.index("┏", out.index("branch coverage of this run")):]
+    table = table[:table.index("┘")]
+    cells = [line.replace("┃", "│").split("│")[1:-1] for line in table.splitlines()
+             if line.startswith(("│", "┃"))]
+    assert [[c.strip() for c in row] for row in cells] == [
+        ["file", "statements", "branches", "taken", "%", "branches not taken"],
+        ["impl/trainer.py", "10", "8", "6", "75.0", "3->4, 7->exit"],
+        ["reference/trainer.py", "5", "2", "1", "50.0", "1->2"]]
+    impl, reference = cells[1:]
+    assert impl[0].endswith("  ") and reference[-1].endswith("  ")  # names to the left,
+    assert all(c.startswith("  ") for c in reference[1:4])  # the counts to the right
     assert "\nimpl/: 6/8 branches taken (75.0%)\nreference/: 1/2 branches taken (50.0%)\n" in out
     assert json.loads(report.read_text())["coverage"] == branch_coverage.as_json(files)
+    assert report.read_text() == json.dumps(json.loads(report.read_text()), indent=2)
 
 
 def test_coverage_of_files_without_branches_prints_no_total(ran, screen, monkeypatch) -> None:
@@ -645,8 +658,8 @@ def summary(monkeypatch):
 
 
 def test_the_summary_table_one_row_per_record_and_placement(summary) -> None:
-    results = [_result(examples=3, placement="kernel"), _result("errors", examples=2,
-                                                                placement="kernel"),
+    results = [_result(examples=3, placement="kernel", seconds=11.5),
+               _result("errors", examples=2, placement="kernel"),
                _result(examples=1, placement="cpu", status=Verdict.FAIL, error="Mismatch: x"),
                _result("pin:p", placement="cpu", status=Verdict.FAIL, error="Mismatch: y"),
                _result("errors", placement="cpu", status=Verdict.ERROR, error="HarnessError: z")]
@@ -654,17 +667,22 @@ def test_the_summary_table_one_row_per_record_and_placement(summary) -> None:
     assert out.splitlines()[0].strip() == "batchproof verify — impl=impl, profile=ci, device=cpu"
     assert _rows(out)[:3] == [
         ["op", "function", "placement", "checks", "examples", "result", "time"],
-        ["trainer", "required_multiple", "kernel", "2", "5", "PASS", "1.0s"],
+        ["trainer", "required_multiple", "kernel", "2", "5", "PASS", "12.0s"],
         ["trainer", "required_multiple", "cpu", "3", "3", "FAIL (2) ERROR (1)", "1.5s"]]
     lines = out.splitlines()
     assert lines[-1] == "2/5 checks passed (2 fail, 1 error) in 1.2s"
+    raw = [line.split("│")[1:-1] for line in lines if line.startswith("│")]
+    assert all(not c.startswith("  ") for row in raw for c in row[:3] + row[5:6])  # words left
+    assert all(c.startswith("  ") for row in raw for c in row[3:5])  # counts right
+    assert raw[-1][6] == "  1.5s "
 
 
 def test_each_failure_is_printed_with_its_case_and_replay_line(summary) -> None:
     failed = _result(placement="generic", status=Verdict.FAIL, error="Mismatch: x",
                      notes=["note one"], minimal="required_multiple(2)", replay="batchproof v")
     errored = _result("pin:p", placement="any", status=Verdict.ERROR, error="HarnessError: z")
-    out = summary([failed, errored, _result(placement="cpu", notes=["passed, with a note"])])
+    out = summary([failed, errored, _result(placement="cpu", notes=["passed, with a note",
+                                                                     "and another"])])
     lines = out.splitlines()
     rule = next(i for i, line in enumerate(lines) if "equivalence on generic (fail)" in line)
     assert lines[rule].startswith("─") and " trainer.required_multiple — equivalence on " \
@@ -674,7 +692,8 @@ def test_each_failure_is_printed_with_its_case_and_replay_line(summary) -> None:
                                         "replay: batchproof v"]
     assert " trainer.required_multiple — pin:p (error) " in lines[rule + 5]
     assert lines[rule + 6] == "HarnessError: z"
-    assert lines[rule + 7] == "trainer.required_multiple — equivalence: passed, with a note"
+    assert lines[rule + 7] == ("trainer.required_multiple — equivalence: passed, with a note; "
+                               "and another")
     assert lines[-1] == "1/3 checks passed (1 fail, 1 error) in 1.2s"
 
 
@@ -712,6 +731,7 @@ def test_the_summary_colours_its_verdicts(monkeypatch) -> None:
                                _result(placement="kernel")], "ci", _args(), 0.0, [])
     text = out.getvalue()
     assert "\x1b[31mFAIL (1)" in text and "\x1b[32mPASS" in text
+    assert re.search(r"\n\x1b\[31m─+ \x1b\[0mtrainer\.required_multiple — equivalence ", text)
     assert re.search(r"\n\x1b\[(1;)?31m[^\n]*checks passed", text)
     out.truncate(0), out.seek(0)
     verify_cli._print_summary([_result()], "ci", _args(), 0.0, [])
@@ -752,3 +772,139 @@ def test_a_record_runs_for_real(screen, tmp_path) -> None:
     document = json.loads(report.read_text())
     assert [c["check"] for c in document["checks"]] == _checks(MULTIPLE)
     assert all(c["passed"] and c["examples"] >= 1 for c in document["checks"])
+
+
+# --------------------------------------------------------------------------- the loop, closer
+
+class _Progress:
+    """`_progress()` as a stand-in: what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.calls, self.totals, self.done = [], {}, {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.calls.append(("exit",))
+
+    def add_task(self, description, total):
+        task = len(self.totals)
+        self.totals[task], self.done[task] = total, 0
+        self.calls.append(("add", description, total))
+        return task
+
+    def advance(self, task, steps=1) -> None:
+        self.done[task] += steps
+
+    def update(self, task, description) -> None:
+        self.calls.append(("describe", task, description))
+
+
+@pytest.fixture
+def progress(monkeypatch):
+    bar = _Progress()
+    monkeypatch.setattr(verify_cli, "_progress", lambda: bar)
+    return bar
+
+
+def test_the_progress_bar_counts_every_check_of_every_placement(ran, screen, progress) -> None:
+    """One task per op, its total the check runs over the placements (those skipped as one code
+    path advance it too), each check named while it runs, the op's name once done."""
+    assert main(["verify", "--op", "trainer.real_rows", "--op", "balance.restore_order"]) == 0
+    real, restore = _checks("trainer.real_rows"), _checks("balance.restore_order")
+    assert progress.calls[0] == ("add", "balance", verify_cli._runs(restore, ALL))
+    assert progress.calls[1:1 + len(restore)] == [
+        ("describe", 0, f"balance: restore_order {c} [kernel]") for c in restore]
+    assert progress.calls[1 + len(restore)] == ("describe", 0, "balance")
+    assert progress.calls[2 + len(restore)] == ("add", "trainer", verify_cli._runs(real, ALL))
+    assert progress.calls[-2:] == [("describe", 1, "trainer"), ("exit",)]
+    assert progress.done == progress.totals and all(progress.totals.values())
+
+
+def test_one_placement_names_none_while_it_runs(ran, screen, progress) -> None:
+    assert main(["verify", "--op", MULTIPLE, "--placement", "cpu", "--check", "equivalence"]) == 0
+    assert progress.calls == [("add", "trainer", 1),
+                              ("describe", 0, "trainer: required_multiple equivalence"),
+                              ("describe", 0, "trainer"), ("exit",)]
+
+
+def test_a_skipped_placement_advances_the_bar_past_the_named_paths_check(ran, screen,
+                                                                        progress) -> None:
+    assert main(["verify", "--op", "balance.micro_batches", "--check", "equivalence", "--check",
+                 "paths:generic"]) == 0
+    assert progress.totals == {0: 5} and progress.done == {0: 5}
+
+
+def test_the_first_placement_alone_decides_whether_the_others_run(ran, screen, monkeypatch,
+                                                                  tmp_path) -> None:
+    """The op asked where it runs under the first placement only: every placement still runs
+    (a later placement's checks never make the others one code path)."""
+    def verify_one(args, info, check, candidate, placement, chosen, reproduce):
+        ran.made.append((check, placement))
+        if placement == "kernel":
+            placements._cpu.ASKED += 1
+        return CheckResult(info.op, info.function, check, Verdict.PASS, 1, 0.0, "cpu",
+                           placement=placement)
+
+    monkeypatch.setattr(verify_cli, "_verify_one", verify_one)
+    report = tmp_path / "r.json"
+    assert main(["verify", "--op", MULTIPLE, "--check", "equivalence", "--json",
+                 str(report)]) == 0
+    assert ran.made == [("equivalence", p) for p in ALL]
+    assert [c["placement"] for c in json.loads(report.read_text())["checks"]] == ALL
+
+
+def test_one_placement_asked_for_keeps_its_name(ran, screen, tmp_path) -> None:
+    report = tmp_path / "r.json"
+    assert main(["verify", "--op", MULTIPLE, "--placement", "generic", "--check", "equivalence",
+                 "--json", str(report)]) == 0
+    assert [c["placement"] for c in json.loads(report.read_text())["checks"]] == ["generic"]
+    assert report.read_text() == json.dumps(json.loads(report.read_text()), indent=2)
+
+
+def test_the_cpu_runs_every_record_whatever_its_devices(ran, screen, monkeypatch) -> None:
+    """`devices` says where else a record runs; the CPU run checks them all."""
+    monkeypatch.setattr(registry.get(MULTIPLE), "devices", ("cuda",))
+    assert main(["verify", "--op", "trainer", "--check", "equivalence"]) == 0
+    assert [r for r, _, _ in ran.made] == [i.name for i in registry.select(["trainer"])]
+
+
+def test_each_placements_paths_check_counts_the_paths_its_checks_took(ran, screen,
+                                                                     monkeypatch,
+                                                                     tmp_path) -> None:
+    record = "balance.micro_batches"
+    info = registry.get(record)
+    monkeypatch.setattr(placements._paths, "RAN", Counter(placements._paths.RAN))
+    ran.asks = True
+
+    def verify_one(args, info, check, candidate, placement, chosen, reproduce):
+        placements._cpu.ASKED += 1
+        for path in placements.declared(info, placement):
+            placements._paths.RAN[path] += 1
+        return CheckResult(info.op, info.function, check, Verdict.PASS, 2, 0.0, args.device,
+                           placement=placement)
+
+    monkeypatch.setattr(verify_cli, "_verify_one", verify_one)
+    report = tmp_path / "r.json"
+    assert main(["verify", "--op", record, "--json", str(report)]) == 0
+    counted = {c["check"]: c for c in json.loads(report.read_text())["checks"]
+               if c["check"].startswith("paths:")}
+    compare = [c for c in _checks(record) if verify_cli._every_placement(c)]
+    assert set(counted) == {f"paths:{p}" for p in ALL}
+    kernel = placements.declared(info, "kernel")
+    assert kernel and counted["paths:kernel"]["paths"] == dict.fromkeys(
+        kernel, len(_checks(record)))
+    for p in ALL[1:]:
+        assert counted[f"paths:{p}"]["paths"] == dict.fromkeys(placements.declared(info, p),
+                                                               len(compare))
+    assert all(c["device"] == "cpu" and c["status"] == "pass" for c in counted.values())
+
+
+def test_the_summary_names_the_profile_and_the_runs_time(ran, screen) -> None:
+    assert main(["verify", "--op", MULTIPLE, "--check", "equivalence", "--profile",
+                 "mutation"]) == 0
+    out = screen.getvalue()
+    assert "batchproof verify — impl=impl, profile=mutation, device=cpu" in out
+    seconds = float(re.search(r"\n1/1 checks passed in (\d+\.\d)s\n", out)[1])
+    assert 0 <= seconds < 600

@@ -46,7 +46,7 @@ def description() -> str:
     package's docstring states them (less its notes on the code, from "The package:" on)."""
     from batchproof import cli
 
-    return cli.__doc__.partition("\nThe package:")[0].rstrip()
+    return cli.__doc__.partition("\nThe package:")[0]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog=PROG, description=description(),
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, metavar="N",
                    help="--zoo: run each entry under seeds 0..N-1 of the dev profile and report "
                         "the fraction of runs that kill it (target: 0.95)")
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=int,
                    help="worker processes (--zoo: default every core; --mutmut and --impl: "
                         "mutmut's forked workers, default 2)")
     p.add_argument("--without", action="append", default=[],
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fuzz only this check (equivalence, errors, property:NAME); repeatable")
     p.add_argument("-n", "--workers", type=int, metavar="N",
                    help="fuzzing processes (default: every core)")
-    p.add_argument("--profile", default=None, help="Hypothesis profile whose database is used: "
+    p.add_argument("--profile", help="Hypothesis profile whose database is used: "
                    "nightly (default) or dev")
     p.add_argument("--dashboard", action="store_true",
                    help="serve HypoFuzz's live dashboard on localhost")
@@ -208,7 +208,7 @@ def _scope_options(p: argparse.ArgumentParser) -> None:
                         "then --adapter NAME or --impl FRAMEWORK picks one; repeatable")
 
 def _search_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly, "
+    p.add_argument("--profile", help="Hypothesis profile: dev, ci, nightly, "
                    "mutation (default: ci if $CI is set, else dev)")
     p.add_argument("--max-examples", type=int, metavar="N",
                    help="examples per check (default: the profile's)")

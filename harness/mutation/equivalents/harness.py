@@ -15,6 +15,9 @@ CHECKS = "harness/checks.py"
 BRANCH_COVERAGE = "harness/cli/branch_coverage.py"
 LISTING = "harness/cli/listing.py"
 FUZZ = "harness/cli/fuzz.py"
+CHECK = "harness/cli/check.py"
+PARSER = "harness/cli/parser.py"
+VERIFY = "harness/cli/verify.py"
 RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
              "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
@@ -173,4 +176,33 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(FUZZ, "print_fuzz_counts",
                r'justify="left" if column in \("record", "check"\) else "right"\)',
                r'justify="(XXleftXX|LEFT)" if column in', RICH_LEFT),
+
+    # --------------------------------------------------------------- harness/cli/check.py
+    Equivalent(CHECK, "check", r'if getattr\(args, "liveness", False\):$',
+               r'if getattr\(args, "liveness", None\):$',
+               "a namespace without `liveness` (verify's) runs the checks: None and False are "
+               "both false"),
+
+    # -------------------------------------------------------------- harness/cli/parser.py
+    Equivalent(PARSER, "version_text", r"\{of\('[a-z]+'\)\}",
+               r"\{of\('(BATCHPROOF|TORCH|HYPOTHESIS|TENSORDICT|NUMBA|TRANSFORMERS|MUTMUT)'\)\}",
+               "importlib.metadata looks a distribution's name up case-insensitively (PEP 503 "
+               "normalization): TORCH is torch's version"),
+    Equivalent(PARSER, "description", r'cli\.__doc__\.partition\("\\nThe package:"\)\[0\]$',
+               r'cli\.__doc__\.rpartition\("\\nThe package:"\)\[0\]$',
+               "the package's docstring has one paragraph starting `The package:`: split at its "
+               "first or its last occurrence, the text before it is the same"),
+
+    # -------------------------------------------------------------- harness/cli/verify.py
+    Equivalent(VERIFY, "_finish_coverage", r'justify="left" if column in \("file", "branches not',
+               r'justify="(XXleftXX|LEFT)" if column in', RICH_LEFT),
+    Equivalent(VERIFY, "_print_summary", r'^else "left"\)$', r'^else "(XXleftXX|LEFT)"\)$',
+               RICH_LEFT),  # the second line of the columns' `justify=... if ... else "left"`
+    Equivalent(VERIFY, "_verify_one",
+               r"result = CheckResult\(info\.op, info\.function, check, Verdict\.PASS, 0, 0\.0, "
+               r"args\.device,",
+               r"Verdict\.PASS, (None, 0\.0|0, None|1, 0\.0|0, 1\.0), args\.device,",
+               "placeholders: the result's examples and seconds are set from the check's stats "
+               "and clock (`result.examples, result.seconds = ...`) after the check, raised or "
+               "not, before anything reads them"),
 )
