@@ -179,8 +179,8 @@ def test_the_kill_matrix_table_and_its_summary(matrix, screen) -> None:
                      f"{MULTIPLE}/pin:dp2_mini15_n8": True}, seconds=2.0),
         EntryResult("t.two", "trainer", [f"{REAL}/equivalence"],
                     {f"{REAL}/equivalence": False}, seconds=0.25),
-        EntryResult("b.three", "balance", ["balance.restore_order/equivalence"],
-                    {"balance.restore_order/equivalence": True}, seconds=10.04)]
+        EntryResult("b.three", "balance", ["balance.restore_order/pin:a/b"],
+                    {"balance.restore_order/pin:a/b": True}, seconds=10.04)]
     assert main(["mutate", "--zoo"]) == 1
     out = screen.getvalue()
     assert _title(out) == "bug zoo kill matrix — profile=mutation"
@@ -189,9 +189,10 @@ def test_the_kill_matrix_table_and_its_summary(matrix, screen) -> None:
         ["t.one", MULTIPLE, "killed, missed 1 declared", "property:least*, pin:dp2_mini15_n8",
          "2.0s"],
         ["t.two", REAL, "SURVIVED", "-", "0.2s"],
-        ["b.three", "balance.restore_order", "KILLED", "equivalence*", "10.0s"]]
-    assert re.search(r"\n2/3 entries killed \(67%\), 1 with every declared killer, in "
-                     r"\d+\.\ds\n$", out), out
+        ["b.three", "balance.restore_order", "KILLED", "pin:a/b*", "10.0s"]]  # (a name with /)
+    seconds = re.search(r"\n2/3 entries killed \(67%\), 1 with every declared killer, in "
+                        r"(\d+\.\d)s\n$", out)
+    assert seconds and 0 <= float(seconds[1]) < 600, out
 
 
 def test_every_entry_killed_by_its_declared_killers_is_exit_0(matrix, screen) -> None:
@@ -226,17 +227,19 @@ def test_the_kill_matrix_json_and_markdown(matrix, screen, tmp_path) -> None:
                     {f"{MULTIPLE}/property:least": True, f"{REAL}/equivalence": True,
                      f"{MULTIPLE}/errors": False}, seconds=2.0),
         EntryResult("t.two", "trainer", [f"{REAL}/equivalence"], {f"{REAL}/equivalence": False}),
-        EntryResult("b.three", "balance", ["y"], {"x": True})]
+        EntryResult("b.three", "balance", ["y"], {"x": True, "balance.restore_order/pin:a/b": True})]
     report, table = tmp_path / "zoo.json", tmp_path / "zoo.md"
     assert main(["mutate", "--zoo", "--json", str(report), "--markdown", str(table),
                  "--profile", "ci"]) == 1
+    assert report.read_text() == json.dumps(json.loads(report.read_text()), indent=2)
     assert json.loads(report.read_text()) == [
         {"entry": "t.one", "op": "trainer", "declared": [f"{MULTIPLE}/property:least"],
          "killed_by": {f"{MULTIPLE}/property:least": True, f"{REAL}/equivalence": True,
                        f"{MULTIPLE}/errors": False}, "errors": {}, "seconds": 2.0},
         {"entry": "t.two", "op": "trainer", "declared": [f"{REAL}/equivalence"],
          "killed_by": {f"{REAL}/equivalence": False}, "errors": {}, "seconds": 0.0},
-        {"entry": "b.three", "op": "balance", "declared": ["y"], "killed_by": {"x": True},
+        {"entry": "b.three", "op": "balance", "declared": ["y"],
+         "killed_by": {"x": True, "balance.restore_order/pin:a/b": True},
          "errors": {}, "seconds": 0.0}]
     assert table.read_text() == (
         "| entry | replaces | bug | killed by (profile `ci`; **declared**) |\n"
@@ -244,7 +247,7 @@ def test_the_kill_matrix_json_and_markdown(matrix, screen, tmp_path) -> None:
         f"| `t.one` | `{MULTIPLE}` | a product \\| not the lcm | **property:least**, "
         f"{REAL}/equivalence |\n"
         f"| `t.two` | `{REAL}` (oracle) (its `_helper`) | rows by count | SURVIVED |\n"
-        "| `b.three` | `balance.restore_order` | reversed | x |\n"
+        "| `b.three` | `balance.restore_order` | reversed | x, pin:a/b |\n"
         "\n"
         "2/3 entries killed.\n")
 
@@ -286,7 +289,8 @@ def _detections() -> list[Detection]:
             Detection("t.two", "trainer", [f"{REAL}/equivalence"], seeds=4, killed=3,
                       by_check={f"{REAL}/equivalence": 3}),
             Detection("b.three", "balance", [], seeds=4, killed=4,
-                      by_check={"balance.restore_order/equivalence": 4})]
+                      by_check={"balance.restore_order/equivalence": 4,
+                                "balance.restore_order/pin:a/b": 1})]
 
 
 def test_detection_runs_each_entry_over_the_seeds(detecting, screen) -> None:
@@ -311,9 +315,10 @@ def test_the_detection_table_and_its_summary(detecting, screen) -> None:
         ["t.one", "4/4", f"{REAL}/equivalence 0.50",
          f"property:least 1.00, {REAL}/equivalence 0.50", "pin:dp2_mini15_n8 1"],
         ["t.two", "3/4", "equivalence 0.75", "equivalence 0.75", "-"],
-        ["b.three", "4/4", "-", "-", "equivalence 4"]]
-    assert re.search(rf"\n2/3 entries killed in >= {DETECTION_TARGET:.0%} of 4 seeded runs, in "
-                     r"\d+\.\ds; below: t\.two\n$", out), out
+        ["b.three", "4/4", "-", "-", "equivalence 4, pin:a/b 1"]]
+    seconds = re.search(rf"\n2/3 entries killed in >= {DETECTION_TARGET:.0%} of 4 seeded runs, "
+                        r"in (\d+\.\d)s; below: t\.two\n$", out)
+    assert seconds and 0 <= float(seconds[1]) < 600, out
 
 
 def test_detection_without_the_pins_says_so_and_all_above_is_exit_0(detecting,
@@ -356,10 +361,56 @@ def test_the_detection_json_and_markdown(detecting, screen, tmp_path) -> None:
         f"| `t.one` | 4/4 | {REAL}/equivalence 0.50 | property:least 1.00, "
         f"{REAL}/equivalence 0.50 | pin:dp2_mini15_n8 1 |\n"
         "| `t.two` | 3/4 | equivalence 0.75 | equivalence 0.75 | - |\n"
-        "| `b.three` | 4/4 | - | - | equivalence 4 |\n")
-    mutation_cli._write_detection_markdown(str(table), _detections()[1:2], 4, search_only=True)
+        "| `b.three` | 4/4 | - | - | equivalence 4, pin:a/b 1 |\n")
+    assert report.read_text() == json.dumps(json.loads(report.read_text()), indent=2)
+    assert main(["mutate", "--zoo", "--seeds", "4", "--search-only", "--markdown",
+                 str(table)]) == 1
     assert table.read_text().startswith(
         f"| entry | runs that kill it (of 4, `{DETECTION_PROFILE}`, no pins) | ")
+    mutation_cli._write_detection_markdown(str(table), _detections()[1:2], 4)
+    assert table.read_text().startswith(
+        f"| entry | runs that kill it (of 4, `{DETECTION_PROFILE}`) | ")
+
+
+def test_entries_below_the_target_are_named_and_one_seed_is_enough(detecting,
+                                                                   screen) -> None:
+    detecting.results = [Detection("t.one", "trainer", [], seeds=1, killed=0),
+                         Detection("t.two", "trainer", [], seeds=1, killed=0)]
+    assert main(["mutate", "--zoo", "--op", "trainer", "--seeds", "1"]) == 1
+    assert "; below: t.one, t.two\n" in screen.getvalue()
+    assert detecting.made[0][1]["seeds"] == 1
+
+
+class _Progress:
+    """`_progress()` as a stand-in: its tasks (description, total) and their advances."""
+
+    def __init__(self) -> None:
+        self.tasks, self.done = [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def add_task(self, description, total):
+        self.tasks.append((description, total))
+        self.done.append(0)
+        return len(self.tasks) - 1
+
+    def advance(self, task, steps=1) -> None:
+        self.done[task] += steps
+
+
+def test_the_progress_of_the_zoo_and_of_detection(matrix, detecting, screen,
+                                                  monkeypatch) -> None:
+    bar = _Progress()
+    monkeypatch.setattr(mutation_cli, "_progress", lambda: bar)
+    assert main(["mutate", "--zoo"]) == 0
+    detecting.results = _detections()
+    assert main(["mutate", "--zoo", "--seeds", "4"]) == 1
+    assert bar.tasks == [("bug zoo", 3), ("bug zoo x seeds", 12)]
+    assert bar.done == [3, 3]  # the stand-in reports one run per entry
 
 
 def test_declared_killers_are_sorted_by_their_rate_then_name() -> None:

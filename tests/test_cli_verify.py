@@ -822,6 +822,16 @@ def test_the_progress_bar_counts_every_check_of_every_placement(ran, screen, pro
     assert progress.done == progress.totals and all(progress.totals.values())
 
 
+def test_two_placements_name_theirs_while_they_run(ran, screen, progress, monkeypatch) -> None:
+    monkeypatch.setattr(placements, "available", lambda device="cpu": ["cpu", "generic"])
+    ran.asks = True
+    assert main(["verify", "--op", MULTIPLE, "--check", "equivalence"]) == 0
+    assert [c for c in progress.calls if c[0] == "describe"] == [
+        ("describe", 0, "trainer: required_multiple equivalence [cpu]"),
+        ("describe", 0, "trainer: required_multiple equivalence [generic]"),
+        ("describe", 0, "trainer")]
+
+
 def test_one_placement_names_none_while_it_runs(ran, screen, progress) -> None:
     assert main(["verify", "--op", MULTIPLE, "--placement", "cpu", "--check", "equivalence"]) == 0
     assert progress.calls == [("add", "trainer", 1),

@@ -205,4 +205,7 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "placeholders: the result's examples and seconds are set from the check's stats "
                "and clock (`result.examples, result.seconds = ...`) after the check, raised or "
                "not, before anything reads them"),
+    Equivalent(VERIFY, "_print_summary", r'\(\{r\.status\}\)", style="red"\)$',
+               r'\(\{r\.status\}\)", style="RED"\)$',
+               "rich reads a colour's name case-insensitively: RED is the style red"),
 )
