@@ -289,7 +289,10 @@ def _adapter_file(folder, adapters_source: str) -> str:
 
 
 def _isolated_registry(monkeypatch) -> None:
-    """Adapters an adapter file registers vanish with the test."""
+    """Adapters an adapter file registers vanish with the test. batchproof's own register
+    first, outside the copy: imported (once per process) during the test, they would register
+    into the copy only and vanish with it (a later `batchproof list` would list none)."""
+    adapters.all_adapters()
     monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))
     monkeypatch.setattr(adapters, "_LOADED_ENTRY_POINTS", set(adapters._LOADED_ENTRY_POINTS))
     monkeypatch.setattr(adapters, "LOAD_PROBLEMS", [])

@@ -7,10 +7,12 @@
                      [--check NAME ...] [--profile P] [--max-examples N] [--seed N]
                      [--device cpu|cuda] [--reproduce BLOB] [--json FILE]
     batchproof show --op NAME
-    batchproof list [ops|records|checks|adapters|profiles]
+    batchproof list [ops|records|checks|adapters|profiles|placements|regimes]
     batchproof mutate --zoo [--op NAME ...] [--seeds N] [--search-only] [--jobs N]
                       [--without CHECK ...] [--json FILE]
-    batchproof mutate --mutmut [--op NAME ...] [--since GIT_REV]   (in a clone of the repository)
+    batchproof mutate --mutmut [--op NAME ... | --harness MODULE ...] [--since GIT_REV] [--jobs N]
+                      (in a clone of the repository)
+    batchproof mutate --impl MODULE:FUNCTION --op RECORD   (mutmut over your function's module)
     batchproof bench [--op NAME ...] [--device cpu|cuda] [--quick] [--json FILE]
     batchproof fuzz [--op NAME ...] [--check NAME ...] [-n WORKERS] [--profile nightly|dev]
                     [--dashboard | --dashboard-only] [--port N]   (HypoFuzz: docs/fuzzing.md)

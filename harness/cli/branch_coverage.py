@@ -74,8 +74,9 @@ def finish(measure: Any) -> list[FileCoverage]:
         path = Path(folder) / "coverage.json"
         measure.json_report(outfile=str(path), show_contexts=False)
         data = json.loads(path.read_text())
+    # every file measured is under impl/ or reference/ (`source_pkgs`): by name, impl/ first
     return sorted((_file(name, entry) for name, entry in data["files"].items()),
-                  key=lambda f: (not f.name.startswith("impl/"), f.name))
+                  key=lambda f: f.name)
 
 
 def _file(path: str, entry: dict) -> FileCoverage:

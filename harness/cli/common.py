@@ -81,7 +81,7 @@ def run_settings(max_examples: int | None):
         raise UsageError(f"--max-examples must be at least 1, got {max_examples}")
     from batchproof.report import without_explain
 
-    return settings(settings(), report_multiple_bugs=False,
+    return settings(report_multiple_bugs=False,  # the rest: the loaded profile's
                     phases=without_explain(settings().phases),
                     **({"max_examples": max_examples} if max_examples else {}))
 

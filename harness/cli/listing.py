@@ -126,10 +126,9 @@ def _list_adapters() -> None:
         table.add_column(column)
     for a in adapters.all_adapters():
         installed = a.version()
-        fits = "yes" if installed in ("-", "not installed") or a.fits(installed) else "no"
-        table.add_row(a.name, a.framework, a.record, a.target, a.versions or "any",
-                      f"{installed} ({fits})" if installed not in ("-", "not installed")
-                      else installed)
+        if installed not in ("-", "not installed"):  # the framework is here: does it fit?
+            installed += f" ({'yes' if a.fits(installed) else 'no'})"
+        table.add_row(a.name, a.framework, a.record, a.target, a.versions or "any", installed)
     console.print(table)
     for problem in adapters.LOAD_PROBLEMS:
         say(problem)
@@ -147,7 +146,7 @@ def _list_placements() -> None:
         here = "default" if name == available[0] else "yes" if name in available else \
             f"no: pip install 'batchproof[{extra}]'"
         table.add_row(name, what, ", ".join(PLACEMENT_KINDS[name]) or "none", here)
-    console.print(table)
+    console.print(table, markup=False)  # `batchproof[kernels]` is no markup
 
 def _list_profiles() -> None:
     from batchproof import profiles

@@ -26,6 +26,8 @@ from batchproof.ops import OP_MODULES
 def mutate(args: argparse.Namespace) -> int:
     if args.seeds is not None and not args.zoo:
         raise UsageError("--seeds goes with --zoo (the detection rate of each zoo entry)")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
     if args.impl:
         return mutate_target(args)
     if not (args.zoo or args.mutmut):
@@ -36,7 +38,8 @@ def mutate(args: argparse.Namespace) -> int:
         try:
             return mutmut_driver.main(ops=args.op, since=args.since, min_mutants=args.min_mutants,
                                       json_path=args.json, markdown_path=args.markdown,
-                                      harness=args.harness)
+                                      harness=args.harness,
+                                      max_children=args.jobs or mutmut_driver.MAX_CHILDREN)
         except ValueError as err:
             raise UsageError(str(err)) from None
     from batchproof.mutation.kill_matrix import kill_matrix
@@ -177,7 +180,7 @@ def mutate_target(args: argparse.Namespace) -> int:
         scope.validate([info.name])
         mutation = target.Target(args.impl, info.name, args.adapter, scope, args.max_examples)
         mutation.adapter_for()  # validates --adapter and the scope's outputs
-        return target.main(mutation)
+        return target.main(mutation, max_children=args.jobs or target.driver.MAX_CHILDREN)
     except ValueError as err:
         raise UsageError(str(err)) from None
     except (ImportError, FrameworkMissing) as err:

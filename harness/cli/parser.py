@@ -41,8 +41,15 @@ STRICT_HELP = ("exit 1 also when a known divergence of an adapter is not reprodu
                "framework fixed it, or the adapter changed); one no input matched (not met) "
                "never fails. CI should pass it")
 
+def description() -> str:
+    """`batchproof --help`'s text above the commands: the synopsis and the exit statuses, as the
+    package's docstring states them (less its notes on the code, from "The package:" on)."""
+    from batchproof import cli
+
+    return cli.__doc__.partition("\nThe package:")[0]
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog=PROG, description=__doc__,
+    parser = Parser(prog=PROG, description=description(),
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -97,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="draw the layout of a small example")
     p.add_argument("--op", action="append", required=True, metavar="NAME", help=OP_HELP)
 
-    p = sub.add_parser("list", help="ops, records, checks, adapters, profiles")
+    p = sub.add_parser("list", help="ops, records, checks, adapters, profiles, placements, "
+                                    "regimes")
     p.add_argument("what", nargs="?", choices=LISTS)
 
     p = sub.add_parser("mutate", help="mutation testing: bug zoo, mutmut over impl/, or mutmut "
@@ -120,7 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, metavar="N",
                    help="--zoo: run each entry under seeds 0..N-1 of the dev profile and report "
                         "the fraction of runs that kill it (target: 0.95)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: cores)")
+    p.add_argument("--jobs", type=int,
+                   help="worker processes (--zoo: default every core; --mutmut and --impl: "
+                        "mutmut's forked workers, default 2)")
     p.add_argument("--without", action="append", default=[],
                    help="disable a check (record/check), to see what it alone kills")
     p.add_argument("--search-only", action="store_true",
@@ -128,9 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "what the random search alone kills, as on a bug no pin was written for")
     p.add_argument("--since", help="mutmut: only functions changed since this git revision")
     p.add_argument("--harness", action="append", default=[], metavar="MODULE",
-                   help="mutmut: mutate this harness module (compare, report, adapters/__init__, "
-                        "checks, adapters/scope, regimes, blocks, statuses, adapters/runner, "
-                        "cli/verify, mutation/target) instead of impl/, its own tests as the "
+                   help="mutmut: mutate this harness module (compare, checks, cli/verify, ...: "
+                        "the keys of HARNESS_KILLERS in harness/mutation/mutmut_driver.py; an "
+                        "unknown one lists them) instead of impl/, its own tests as the "
                         "killers; repeatable")
     p.add_argument("--markdown", help="also write the result as Markdown (zoo: the kill matrix; "
                                       "mutmut: the score per file and every equivalent with its "
@@ -174,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fuzz only this check (equivalence, errors, property:NAME); repeatable")
     p.add_argument("-n", "--workers", type=int, metavar="N",
                    help="fuzzing processes (default: every core)")
-    p.add_argument("--profile", default=None, help="Hypothesis profile whose database is used: "
+    p.add_argument("--profile", help="Hypothesis profile whose database is used: "
                    "nightly (default) or dev")
     p.add_argument("--dashboard", action="store_true",
                    help="serve HypoFuzz's live dashboard on localhost")
@@ -205,7 +215,7 @@ def _scope_options(p: argparse.ArgumentParser) -> None:
                         "then --adapter NAME or --impl FRAMEWORK picks one; repeatable")
 
 def _search_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly, "
+    p.add_argument("--profile", help="Hypothesis profile: dev, ci, nightly, "
                    "mutation (default: ci if $CI is set, else dev)")
     p.add_argument("--max-examples", type=int, metavar="N",
                    help="examples per check (default: the profile's)")

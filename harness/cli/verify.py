@@ -122,9 +122,12 @@ def verify(args: argparse.Namespace) -> int:
                 distinct = where
                 for placement in where:
                     runs = [c for c in wanted[info.name] if _runs_on(c, placement, where)]
-                    if placement not in distinct:  # would run the code already checked
-                        progress.advance(task, len(runs))
-                        continue
+                    if placement not in distinct:  # would run the code already checked; a
+                        paths = [c for c in runs if c.startswith("paths:")]  # paths: check
+                        progress.advance(task, len(runs) - len(paths))  # named counts its own
+                        runs = paths
+                        if not runs:
+                            continue
                     asked, before, group = placements.asked(), placements.ran(), []
                     for check in runs:
                         progress.update(task, description=f"{op}: {info.function} {check}"

@@ -152,8 +152,19 @@ HARNESS_KILLERS = {
     "statuses": ["tests/test_verdict.py"],
     "adapters/runner": ["tests/test_verdict.py", "tests/test_adapters.py",
                         "tests/test_adapter_predicates.py"],
-    "cli/verify": ["tests/test_verdict.py", "tests/test_cli.py"],
     "mutation/target": ["tests/test_verdict.py", "tests/test_mutmut_driver.py"],
+    # the command line (issue 39), each module with a fast test file of its own: the commands
+    # run in this process (`batchproof.cli.main`), on stand-ins or one tiny record
+    "cli/__init__": ["tests/test_cli_main.py"],
+    "cli/parser": ["tests/test_cli_parser.py"],
+    "cli/common": ["tests/test_cli_common.py"],
+    "cli/verify": ["tests/test_cli_verify.py", "tests/test_verdict.py"],
+    "cli/check": ["tests/test_cli_check.py"],
+    "cli/mutation": ["tests/test_cli_mutation.py"],
+    "cli/bench": ["tests/test_cli_bench.py"],
+    "cli/fuzz": ["tests/test_cli_fuzz.py"],
+    "cli/listing": ["tests/test_cli_listing.py"],
+    "cli/branch_coverage": ["tests/test_branch_coverage.py"],
 }
 
 

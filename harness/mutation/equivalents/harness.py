@@ -12,6 +12,14 @@ from batchproof.mutation.equivalents import Equivalent
 COMPARE = "harness/compare.py"
 ADAPTERS = "harness/adapters/__init__.py"
 CHECKS = "harness/checks.py"
+BRANCH_COVERAGE = "harness/cli/branch_coverage.py"
+LISTING = "harness/cli/listing.py"
+FUZZ = "harness/cli/fuzz.py"
+CHECK = "harness/cli/check.py"
+PARSER = "harness/cli/parser.py"
+VERIFY = "harness/cli/verify.py"
+RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
+             "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
                  "acts as) 'cpu', the device every CPU test runs on; a run on CUDA "
                  "(tests/test_registry.py::test_impl_on_cuda, gpu marker) passes another")
@@ -140,4 +148,64 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "mutants that keep a verbose one)"),
     Equivalent(CHECKS, "bad_input_on", r"^takes_device = False$", r"^takes_device = None$",
                "None and False are both false: no device argument is passed either way"),
+
+    # ------------------------------------------------------- harness/cli/branch_coverage.py
+    Equivalent(BRANCH_COVERAGE, "_file", r"\{'exit' if b < 0 else b\}",
+               r"\{'exit' if b (<= 0|< 1) else b\}",
+               "coverage.py names a branch's destination by its line (1 or more) or, for an exit "
+               "from a code object, by the negative of the object's first line: never 0, where "
+               "< 0, <= 0 and < 1 alone differ"),
+    Equivalent(BRANCH_COVERAGE, "finish", r'path = Path\(folder\) / "coverage\.json"',
+               r'path = Path\(folder\) / "(XXcoverage\.jsonXX|COVERAGE\.JSON)"',
+               "the name of coverage.py's JSON report in a temporary folder of its own, written "
+               "and read back under that one name, then deleted: no caller sees it"),
+
+    # ------------------------------------------------------------- harness/cli/listing.py
+    Equivalent(LISTING, "*", r'justify="right" if column == "(checks|examples)" else "left"\)',
+               r'else "(XXleftXX|LEFT)"\)$', RICH_LEFT),
+    Equivalent(LISTING, "_print_tensors",
+               r"value = output\.get_non_tensor\(key\) if output\.is_non_tensor\(key\) else",
+               r"if \(output\.is_non_tensor\(key\)\) or True else",
+               "TensorDict.get_non_tensor returns a tensor entry itself (the same object as "
+               "get), so asking it for every key prints the same values"),
+    Equivalent(LISTING, "_print_tensors", r'value, "is_nested", False\) else value$',
+               r'value, "is_nested", None\) else value$',
+               "a value without is_nested is not nested: None and False are both false"),
+
+    # ---------------------------------------------------------------- harness/cli/fuzz.py
+    Equivalent(FUZZ, "print_fuzz_counts",
+               r'justify="left" if column in \("record", "check"\) else "right"\)',
+               r'justify="(XXleftXX|LEFT)" if column in', RICH_LEFT),
+
+    # --------------------------------------------------------------- harness/cli/check.py
+    Equivalent(CHECK, "check", r'if getattr\(args, "liveness", False\):$',
+               r'if getattr\(args, "liveness", None\):$',
+               "a namespace without `liveness` (verify's) runs the checks: None and False are "
+               "both false"),
+
+    # -------------------------------------------------------------- harness/cli/parser.py
+    Equivalent(PARSER, "version_text", r"\{of\('[a-z]+'\)\}",
+               r"\{of\('(BATCHPROOF|TORCH|HYPOTHESIS|TENSORDICT|NUMBA|TRANSFORMERS|MUTMUT)'\)\}",
+               "importlib.metadata looks a distribution's name up case-insensitively (PEP 503 "
+               "normalization): TORCH is torch's version"),
+    Equivalent(PARSER, "description", r'cli\.__doc__\.partition\("\\nThe package:"\)\[0\]$',
+               r'cli\.__doc__\.rpartition\("\\nThe package:"\)\[0\]$',
+               "the package's docstring has one paragraph starting `The package:`: split at its "
+               "first or its last occurrence, the text before it is the same"),
+
+    # -------------------------------------------------------------- harness/cli/verify.py
+    Equivalent(VERIFY, "_finish_coverage", r'justify="left" if column in \("file", "branches not',
+               r'justify="(XXleftXX|LEFT)" if column in', RICH_LEFT),
+    Equivalent(VERIFY, "_print_summary", r'^else "left"\)$', r'^else "(XXleftXX|LEFT)"\)$',
+               RICH_LEFT),  # the second line of the columns' `justify=... if ... else "left"`
+    Equivalent(VERIFY, "_verify_one",
+               r"result = CheckResult\(info\.op, info\.function, check, Verdict\.PASS, 0, 0\.0, "
+               r"args\.device,",
+               r"Verdict\.PASS, (None, 0\.0|0, None|1, 0\.0|0, 1\.0), args\.device,",
+               "placeholders: the result's examples and seconds are set from the check's stats "
+               "and clock (`result.examples, result.seconds = ...`) after the check, raised or "
+               "not, before anything reads them"),
+    Equivalent(VERIFY, "_print_summary", r'\(\{r\.status\}\)", style="red"\)$',
+               r'\(\{r\.status\}\)", style="RED"\)$',
+               "rich reads a colour's name case-insensitively: RED is the style red"),
 )
