@@ -321,14 +321,29 @@ def test_one_condition_per_core(tmp_path) -> None:
     (entry,) = json.loads(path.read_text()).values()
     (condition,) = entry["conditions"].values()
     assert condition["condition"] == "quiet-1" and condition["threads"] == 1
-    assert condition["spinning"] == 0 and entry["processes"] == 1
+    assert condition["spinning"] == 0 and entry["processes"] == 1 and entry["clock"] == "wall"
+
+
+def test_the_cpu_clock_counts_what_the_process_spent(monkeypatch) -> None:
+    """`clock="cpu"`: the samples are CPU time (a variant that sleeps costs none of it)."""
+    import time
+
+    from batchproof.perf import workloads
+
+    workload = workloads.Workload("op", "f", "tiny", {"sleeps": lambda: time.sleep(0.05)}, 0, 0)
+    wall = bench.time_variants(workload, 2, "cpu")["sleeps"]
+    cpu = bench.time_variants(workload, 2, "cpu", clock="cpu")["sleeps"]
+    assert min(wall) >= 0.05 and max(cpu) < 0.02
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"processes": 0}, "--processes must be at least 1"),
     ({"conditions": ["quiet"]}, "--condition chooses the conditions of --per-core"),
     ({"conditions": ["loud"], "per_core_mode": True}, r"--condition must be one of"),
+    ({"clock": "sundial"}, r"--clock must be one of \['wall', 'cpu'\]"),
+    ({"clock": "cpu", "device": "cuda"}, "--clock cpu counts the host's CPU time"),
 ])
-def test_processes_and_conditions_are_validated(kwargs, message) -> None:
+def test_processes_and_conditions_are_validated(kwargs, message, monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     with pytest.raises(ValueError, match=message):
         bench.main(ops=["rl_batch"], **kwargs)

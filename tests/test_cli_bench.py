@@ -22,11 +22,12 @@ def benchmark_calls(monkeypatch):
 def test_the_options_reach_the_benchmark(benchmark_calls, tmp_path) -> None:
     report = str(tmp_path / "bench.json")
     assert main(["bench", "--op", "rl_batch", "--op", "varlen", "--json", report, "--quick",
-                 "--pages", "warm", "--batch", "8", "--batch", "16", "--processes", "3"]) == 0
+                 "--pages", "warm", "--batch", "8", "--batch", "16", "--processes", "3",
+                 "--clock", "cpu"]) == 0
     assert benchmark_calls == [dict(ops=["rl_batch", "varlen"], device="cpu", json_path=report,
                                     quick=True, pages="warm", scale="default",
                                     per_core_mode=False, batches=[8, 16], processes=3,
-                                    conditions=None)]
+                                    conditions=None, clock="cpu")]
     assert main(["bench", "--per-core", "--condition", "quiet-1", "--condition", "busy"]) == 0
     assert benchmark_calls[-1]["conditions"] == ["quiet-1", "busy"]
 
@@ -35,7 +36,8 @@ def test_the_defaults_reach_the_benchmark(benchmark_calls) -> None:
     assert main(["bench", "--per-core"]) == 0
     assert benchmark_calls == [dict(ops=None, device="cpu", json_path=None, quick=False,
                                     pages="system", scale="default", per_core_mode=True,
-                                    batches=None, processes=None, conditions=None)]
+                                    batches=None, processes=None, conditions=None,
+                                    clock="wall")]
 
 
 def test_the_benchmarks_status_is_the_commands(monkeypatch) -> None:

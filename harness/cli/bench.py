@@ -19,6 +19,7 @@ def bench(args: argparse.Namespace) -> int:
         return bench_module.main(ops=args.op, device=args.device, json_path=args.json,
                                  quick=args.quick, pages=args.pages, scale=args.scale,
                                  per_core_mode=args.per_core, batches=args.batch,
-                                 processes=args.processes, conditions=args.condition)
+                                 processes=args.processes, conditions=args.condition,
+                                 clock=args.clock)
     except ValueError as err:
         raise UsageError(str(err)) from None

@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "here that return the impl's output, quiet and beside a spinning "
                         "process on every other core, with torch's threads and with one "
                         "(docs/performance.md)")
+    p.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="wall (default): elapsed time; cpu: the measuring process's CPU time "
+                        "(every thread's user and system time: what a call costs the cores, "
+                        "steadier on a shared machine)")
     p.add_argument("--condition", action="append", choices=["quiet", "quiet-1", "busy", "busy-1"],
                    help="--per-core: only this condition (quiet or busy host; -1: one "
                         "thread); repeatable; default all four")

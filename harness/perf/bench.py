@@ -88,13 +88,18 @@ def _device_form(name: str) -> bool:
     return any(form in name for form in DEVICE_FORMS)
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # `--clock`
+
+
 def time_variants(workload: workloads.Workload, rounds: int, device: str,
-                  slow: tuple[str, ...] = ("reference",), progress=None
+                  slow: tuple[str, ...] = ("reference",), progress=None, clock: str = "wall"
                   ) -> dict[str, list[float]]:
     """The wall time of every round of each variant, the variants interleaved round by round;
     slow variants (the reference) run once. Each other variant is called once before, untimed:
     a first call compiles a kernel or loads it from Numba's cache, no call a user's loop
-    repeats."""
+    repeats. `clock`: wall time, or the process's CPU time (every thread's user and system
+    time: what a call costs the cores, whatever else the machine runs; blind to waiting)."""
+    now = CLOCKS[clock]
     samples: dict[str, list[float]] = {name: [] for name in workload.variants}
     for name, fn in workload.variants.items():
         if name not in slow:
@@ -105,10 +110,10 @@ def time_variants(workload: workloads.Workload, rounds: int, device: str,
             if name in slow and round_index > 0:
                 continue
             _sync(device)
-            start = time.perf_counter()
+            start = now()
             fn()
             _sync(device)
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append(now() - start)
             if progress:
                 progress()
     return samples
@@ -229,7 +234,7 @@ def per_core_variants(workload: workloads.Workload) -> tuple[dict[str, Callable]
 
 
 def per_core(workload: workloads.Workload, rounds: int, conditions=tuple(CONDITIONS),
-             progress=None) -> tuple[dict[str, dict], list[str]]:
+             progress=None, clock: str = "wall") -> tuple[dict[str, dict], list[str]]:
     """Every round of every per-core variant in each condition (`CONDITIONS`: quiet / busy
     host, torch's threads / one thread), each condition interleaved round by round; and the
     notes on peers not timed."""
@@ -243,7 +248,7 @@ def per_core(workload: workloads.Workload, rounds: int, conditions=tuple(CONDITI
                      f"{host}, torch's {in_force} thread{'s' if in_force > 1 else ''}")
             results[label] = {"condition": key, "spinning": spinning, "threads": in_force,
                               "samples": time_variants(timed, rounds, "cpu", slow=(),
-                                                       progress=progress)}
+                                                       progress=progress, clock=clock)}
     return results, notes
 
 
@@ -260,7 +265,7 @@ def measure(spec: dict, progress=None) -> dict:
     if not spec["slow"]:
         workload.variants.pop("reference", None)
     out = {"op": workload.op, "function": workload.name, "size": workload.size,
-           "output_bytes": workload.output_bytes, "checked": False}
+           "output_bytes": workload.output_bytes, "checked": False, "clock": spec["clock"]}
     if spec["quick"] and workload.check is not None:  # the reference is cheap at this size only
         workload.check()
         out["checked"] = True
@@ -271,10 +276,10 @@ def measure(spec: dict, progress=None) -> dict:
                     workload.variants[f"impl ({form})"])
     if spec["per_core"]:
         out["conditions"], out["notes"] = per_core(workload, spec["rounds"],
-                                                   spec["conditions"], progress)
+                                                   spec["conditions"], progress, spec["clock"])
     else:
         out["samples"] = time_variants(workload, spec["rounds"], spec["device"],
-                                       progress=progress)
+                                       progress=progress, clock=spec["clock"])
     return out
 
 
@@ -300,10 +305,11 @@ def measure_in_fresh_processes(spec: dict, processes: int, done=None) -> list[di
 
 
 def _spec(name: str, size: dict, device: str, rounds: int, quick: bool, scale: str, pages: str,
-          per_core_mode: bool = False, conditions=tuple(CONDITIONS)) -> dict:
+          per_core_mode: bool = False, conditions=tuple(CONDITIONS), clock: str = "wall"
+          ) -> dict:
     return {"name": name, "size": size, "device": device, "rounds": rounds, "quick": quick,
             "scale": scale, "pages": pages, "per_core": per_core_mode,
-            "conditions": list(conditions), "slow": True}
+            "conditions": list(conditions), "slow": True, "clock": clock}
 
 
 # --------------------------------------------------------------------------- the statistics
@@ -345,6 +351,10 @@ def _spread(timing: Timing) -> str:
 def _where(processes: int, rounds: int) -> str:
     return (f"median of {processes} fresh processes' medians of {rounds} rounds" if processes > 1
             else f"median of {rounds} rounds in this process")
+
+
+def _clock_note(clock: str) -> str:
+    return "" if clock == "wall" else " (CPU time)"
 
 
 def per_core_table(title: str, results: dict[str, dict[str, Timing]],
@@ -408,7 +418,7 @@ def forms_line(medians_of: dict[str, float]) -> str | None:
 def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: bool = False,
          pages: str = "system", scale: str = "default", per_core_mode: bool = False,
          batches: list[int] | None = None, processes: int | None = None,
-         conditions: list[str] | None = None) -> int:
+         conditions: list[str] | None = None, clock: str = "wall") -> int:
     table_of = DEVICE_WORKLOADS if scale == "h100" else WORKLOADS
     names = _selected(ops, table_of)
     unknown = [n for n in names if n not in table_of]
@@ -433,6 +443,10 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
                          "--quick")
     if batches and min(batches) < 1:
         raise ValueError(f"--batch must be at least 1, got {min(batches)}")
+    if clock not in CLOCKS:
+        raise ValueError(f"--clock must be one of {list(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and device == "cuda":
+        raise ValueError("--clock cpu counts the host's CPU time: not with --device cuda")
     if processes is not None and processes < 1:
         raise ValueError(f"--processes must be at least 1, got {processes}")
     if processes is None:  # a user's processes by default; one for a smoke test or a GPU
@@ -447,13 +461,14 @@ def main(ops=None, device: str = "cpu", json_path: str | None = None, quick: boo
     try:
         for name, size in runs:
             spec = _spec(name, size, device, rounds, quick, scale, pages.split(" ")[0],
-                         per_core_mode, chosen)
+                         per_core_mode, chosen, clock)
             results = _measured(spec, processes)
             key = name if len(sizes) == 1 else f"{name} {results[0]['size']}"
             if per_core_mode:
                 report[key] = _per_core_report(results, processes, rounds, pages)
             else:
                 report[key] = _report(results, device, processes, rounds, pages)
+            report[key]["clock"] = clock
     except RuntimeError as err:
         console.print(f"[red]bench: {err}[/red]")
         return 3
@@ -487,7 +502,7 @@ def _report(results: list[dict], device: str, processes: int, rounds: int, pages
     middle = {name: t.median for name, t in timed.items()}
     table = Table(title=f"{first['op']}.{first['function']} — {first['size']}, device={device}, "
                         f"{first['output_bytes'] / 1e6:.0f} MB of outputs, pages {pages}; "
-                        f"{_where(processes, rounds)}")
+                        f"{_where(processes, rounds)}{_clock_note(first['clock'])}")
     table.add_column("variant")
     table.add_column("median", justify="right")
     table.add_column("spread" + (" over processes" if processes > 1 else " over rounds"),
@@ -524,7 +539,8 @@ def _per_core_report(results: list[dict], processes: int, rounds: int, pages: st
     ratios_of = {label: lists_ratios([r["conditions"][label]["samples"] for r in results])
                  for label in labels}
     title = (f"{first['op']}.{first['function']} — {first['size']}, per core and on a busy host "
-             f"({_where(processes, rounds)}; ratio of a lists variant: its median / impl "
+             f"({_where(processes, rounds)}{_clock_note(first['clock'])}; ratio of a lists "
+             "variant: its median / impl "
              "(lists)'s in the same process, over the processes)")
     console.print(per_core_table(title, timed, ratios_of))
     conditions = {}
