@@ -52,14 +52,19 @@ _COMMON = dict(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
+# randomized, saving what fails in the local database, said outright: a profile leaving them
+# unset starts from Hypothesis' default profile, which is its built-in `ci` (derandomized, no
+# database) wherever the CI variable is set, so a nightly job would keep nothing it found
+_LOCAL = dict(derandomize=False, database=DirectoryBasedExampleDatabase(LOCAL_DATABASE))
+
 PROFILES = {
     # fast, randomized: the developer's default
-    "dev": settings(max_examples=40, **_COMMON),
+    "dev": settings(max_examples=40, **_LOCAL, **_COMMON),
     # derandomized, no database: the same examples on every CI run
     "ci": settings(max_examples=60, derandomize=True, database=None, **_COMMON),
     # many examples, randomized, database kept (uploaded as the `hypothesis-db` artifact by the
     # nightly workflows; CI reads the latest one through BATCHPROOF_SHARED_DATABASE)
-    "nightly": settings(max_examples=1000, **_COMMON),
+    "nightly": settings(max_examples=1000, **_LOCAL, **_COMMON),
     # for the bug zoo and mutmut: derandomized, no shrinking, few examples, stop at first failure
     "mutation": settings(
         max_examples=25,

@@ -154,6 +154,9 @@ class Pin:
     case: Case | BadCase
     why: str
     expect: Callable[[Case, Any], None] | None = None
+    # the record's input forms the case is written in, when not its first (list) form alone:
+    # a target given only other forms (an adapter's `forms=`, `--forms`) is not given the pin
+    forms: tuple[str, ...] = ()
 
 
 def _identity(case: Case) -> Case:
@@ -298,6 +301,10 @@ _REGISTRY: dict[str, OpInfo] = {}
 def register(info: OpInfo) -> OpInfo:
     if info.name in _REGISTRY:
         raise ValueError(f"op {info.name!r} registered twice")
+    for pin in info.pins:
+        if unknown := [form for form in pin.forms if form not in info.forms]:
+            raise ValueError(f"op {info.name!r}: pin {pin.name!r} names input form "
+                             f"{unknown[0]!r}, which the record does not have")
     _REGISTRY[info.name] = info
     return info
 

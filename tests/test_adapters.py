@@ -1091,3 +1091,34 @@ def test_a_function_whose_signature_takes_no_routes_is_given_none() -> None:
         narrowed = within_its_signature(adapter, adapter.guarded(function))
         assert narrowed.in_domain(narrowed.call_of(routed)) is admitted
         assert narrowed.in_domain(narrowed.call_of(routed.replace(routed_experts=None)))
+
+
+def _lists_only(values):
+    """A candidate that takes Python lists only, as docs/checking.md's collate: a tensor row
+    fails it with the kind of error a user's NumPy conversion raises."""
+    def candidate(prompts, responses, **kwargs):
+        for rows in kwargs.values():
+            if isinstance(rows, list) and any(not isinstance(r, (list, int, float))
+                                              for r in rows):
+                raise TypeError("a tensor row: this collate takes lists")
+            if not isinstance(rows, (list, int, float, str, type(None))):
+                raise TypeError("a tensor: this collate takes lists")
+        return build_rl_batch(prompts, responses, **kwargs)
+    return candidate
+
+
+@pytest.mark.parametrize("forms", [["lists"], ["lists", "tensors", "jagged"]])
+def test_a_pin_written_in_tensor_forms_is_not_given_to_a_lists_only_target(forms) -> None:
+    """rl_batch's pin of signaling NaNs holds tensor rows (forms=("tensors", "jagged")): a target
+    given the lists form only (`--forms lists`) is not given it, and the report says why; one
+    given those forms runs it (here the lists-only candidate then fails it: the pin ran)."""
+    adapter = Adapter(name="t.rl_batch", framework="t", record="rl_batch.build_rl_batch",
+                      target="t:collate", wrap=lambda fn: fn, forms=tuple(forms))
+    report = check_adapter(adapter, _lists_only(None), checks=["pin:signaling_nan_values"])
+    (outcome,) = report.outcomes
+    if forms == ["lists"]:
+        assert (outcome.status, outcome.detail) == (
+            "skipped", "input in forms the target is not given (tensors, jagged)")
+        assert not report.new
+    else:
+        assert outcome.status == "new" and "this collate takes lists" in outcome.detail

@@ -194,3 +194,39 @@ def test_a_derandomized_or_seeded_check_never_reads_the_local_literals(monkeypat
         assert reads == [], (search, seed)
     run_check(info, "equivalence", karmarkar_karp, settings=few)  # random: Hypothesis' own way
     assert reads
+
+
+# --------------------------------------------------------------------------- under a CI variable
+
+SETTINGS_UNDER = '''
+import json, sys
+from hypothesis import settings
+from batchproof import profiles
+
+if sys.argv[1] == "twin":  # the planted twin: dev and nightly leaving database and derandomize unset
+    profiles.PROFILES["nightly"] = settings(max_examples=1000, **profiles._COMMON)
+    profiles.PROFILES["dev"] = settings(max_examples=40, **profiles._COMMON)
+print(json.dumps({name: [p.derandomize, p.database is None]
+                  for name, p in profiles.PROFILES.items()}))
+'''
+
+
+@pytest.mark.parametrize("ci", ["", "true"])
+def test_nightly_keeps_what_it_finds_whether_or_not_ci_is_set(ci) -> None:
+    """Where `CI` is set (every GitHub Actions job: the nightly workflow too) Hypothesis' built-in
+    `ci` profile is the default others start from: derandomized, no database. dev and nightly say
+    theirs outright, so the nightly run saves what it finds, in and out of CI."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | ({"CI": ci} if ci else {})
+
+    def seen(run: str) -> dict[str, list[bool]]:
+        done = subprocess.run([sys.executable, "-c", SETTINGS_UNDER, run], env=env, text=True,
+                              capture_output=True, check=True)
+        return json.loads(done.stdout)
+
+    assert seen("fixed") == {"dev": [False, False], "ci": [True, True],
+                             "nightly": [False, False], "mutation": [True, True]}
+    if ci:  # the twin loses nightly's database and randomness under CI (so the above can fail)
+        assert seen("twin")["nightly"] == [True, True]

@@ -59,7 +59,7 @@ from batchproof.checks import (
     run_check,
 )
 from batchproof.compare import Mismatch
-from batchproof.registry import BadCase, Candidate, Case, OpInfo
+from batchproof.registry import BadCase, Candidate, Case, OpInfo, Pin
 from batchproof.report import Failure, command, describe, without_explain
 from batchproof.statuses import KnownStatus, Outcome, exit_status
 from batchproof.warning_tally import SeenWarning, TalliedCall, WarningTally, summary_lines
@@ -252,7 +252,7 @@ def adapted_record(adapter: Adapter, candidate: Candidate, tally: KnownTally) ->
     invalid = invalid_base.filter(keep) if invalid_base is not None else None
     pins = []
     for pin in info.pins:
-        if f"pin:{pin.name}" in adapter.skip:
+        if f"pin:{pin.name}" in adapter.skip or _forms_not_taken(pin, plain):
             continue
         try:
             if keep(pin.case):
@@ -553,6 +553,12 @@ def scope_hint(reports: list[AdapterReport], impl: str | None, *,
     return "\n".join(lines)
 
 
+def _forms_not_taken(pin: Pin, view: OpInfo) -> list[str]:
+    """The input forms `pin`'s case is written in that the target is not given (`view.forms`,
+    the adapter's): a pin of tensor rows is not for a target that takes lists only."""
+    return [form for form in pin.forms if form not in view.forms]
+
+
 def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}"
 
@@ -563,6 +569,8 @@ def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str, candidate: Candid
     divergence: `known` when the target diverged the way that divergence says, `new` when it
     diverged another way, `pass` when it agreed with the contract."""
     pin = next(p for p in info.pins if f"pin:{p.name}" == check)
+    if missing := _forms_not_taken(pin, plain):
+        return Outcome.SKIPPED, f"input in forms the target is not given ({', '.join(missing)})"
     call = adapter.call_of(pin.case)
     if not adapter.in_domain(call):
         return Outcome.SKIPPED, "input outside the adapter's domain"

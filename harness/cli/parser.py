@@ -43,9 +43,12 @@ STRICT_HELP = ("exit 1 also when a known divergence of an adapter is not reprodu
 
 def description() -> str:
     """`batchproof --help`'s text above the commands: the synopsis and the exit statuses, as the
-    package's docstring states them (less its notes on the code, from "The package:" on)."""
-    from batchproof import cli
+    package's docstring states them (less its notes on the code, from "The package:" on).
 
+    The package is read from `sys.modules`, not imported: Python imports a package before any of
+    its modules, so it is there, and the package importing this module stays the one way round.
+    """
+    cli = sys.modules[__package__]
     return cli.__doc__.partition("\nThe package:")[0]
 
 def build_parser() -> argparse.ArgumentParser:

@@ -717,7 +717,8 @@ BUILD_PINS = [
         "jagged row) is read as the reference reads every value, through a Python float: the "
         "quiet NaN of the same payload. The impl copied the tensors' bits as they were (the "
         "jagged path, and the tensor rows path added 2026-12-01), a bit-for-bit difference no "
-        "strategy drew (drawn values come from Python floats, quiet already)"),
+        "strategy drew (drawn values come from Python floats, quiet already)",
+        forms=("tensors", "jagged")),
     Pin("two_segment_width_inflation", ANTI_CORRELATED,
         "legacy layout padded prompts and responses separately: width max p + max r (10 here) "
         "instead of max(p + r) = 6 on anti-correlated multi-turn lengths (SkyRL #1285)",
