@@ -172,13 +172,6 @@ def replay_regimes(tokens: Callable[[Any], list[int]]) -> dict[str, Regime]:
             "sample_support": lambda c: c.arg("sample_support") is not None}
 
 
-def _loss_total(call) -> float | None:
-    values = [v for ex in call.rows("examples") or [] if isinstance(ex, Mapping)
-              for v in call.values(ex.get("loss_mask")) or []]
-    return math.fsum(values) if values and all(isinstance(v, (int, float)) for v in values) \
-        else None
-
-
 def _collate_sft() -> dict[str, Regime]:
     def magnitude(kind: str) -> Regime:
         def drawn(call) -> bool:
