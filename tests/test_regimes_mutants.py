@@ -23,6 +23,13 @@ RL = "rl_batch.build_rl_batch"
 VARLEN = "varlen.pack_varlen"
 
 
+@pytest.fixture(autouse=True)
+def fresh_regimes(monkeypatch) -> None:
+    """Each test builds the regimes afresh (`regimes.regimes` caches them in `REGIMES`): what a
+    test sees is what the builders make now, not what an earlier test left."""
+    monkeypatch.setattr(regimes, "REGIMES", {})
+
+
 def call(record: str, *args, **kwargs) -> Call:
     """The call as the record's predicates see it (its reference names the arguments)."""
     return Call.of(Case(args, kwargs), registry.get(record).reference)

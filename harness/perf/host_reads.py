@@ -249,9 +249,9 @@ class _AtenReads(TorchDispatchMode):
             indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
             if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
                 return "boolean-mask indexing (output size from the data)"
-        if packet == "aten.repeat_interleave" and kwargs.get("output_size") is None \
-                and (len(args) < 3 or args[2] is None) and isinstance(args[0], torch.Tensor) \
-                and (len(args) == 1 or isinstance(args[1], torch.Tensor)):
+        # only its `repeats`-tensor overload reaches dispatch (the others decompose into it,
+        # or into a static expand for an int `repeats`)
+        if packet == "aten.repeat_interleave" and kwargs.get("output_size") is None:
             return "repeat_interleave without output_size"
         if packet in ("aten.unbind", "aten.split_with_sizes", "aten.split") and args \
                 and getattr(args[0], "is_nested", False):
