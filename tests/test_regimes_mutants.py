@@ -7,10 +7,12 @@ stand-in strategies. All in this process and fast: these tests are the killers o
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 from tensordict import NonTensorData, TensorDict
 
@@ -88,6 +90,7 @@ def test_an_empty_row_among_others() -> None:
     assert not rl("empty_row_among_others", [0], [0])
     assert not rl("empty_row_among_others", [0, 0], [0, 0])
     assert not rl("empty_row_among_others", [1, 0], [0, 1])  # no row empty on both sides
+    assert rl("empty_row_among_others", [0, 1], [0, 1])
 
 
 def test_single_sample() -> None:
@@ -127,7 +130,7 @@ def test_length_regimes_read_the_arguments_they_are_named() -> None:
     assert "single_sample" not in found and "all_equal" not in found
     assert "pad_id_among_tokens" in found and "one_long_row" in found
     given = Call((), {"a": rows([0, 0]), "b": rows([2, 1]), "p": 3,
-                      "prompts": rows([1, 1]), "responses": rows([1, 1])})
+                      "prompts": rows([1, 1]), "responses": rows([0, 0])})
     assert found["every_prompt_empty"](given)
     assert not found["every_response_empty"](given)
     assert found["pad_id_among_tokens"](Call((), {"a": [[3]], "b": [[1]], "p": 3}))
@@ -197,6 +200,7 @@ def test_max_seq_len_against_the_widest_row() -> None:
     assert not rl("max_seq_len_equal_to_width", [1, 2], [2, 3], max_seq_len=4)
     assert not rl("max_seq_len_equal_to_width", [1, 2], [2, 3], max_seq_len=6)
     assert not rl("max_seq_len_equal_to_width", [0], [0], max_seq_len=0)
+    assert rl("max_seq_len_equal_to_width", [1], [0], max_seq_len=1)
     assert not rl("max_seq_len_equal_to_width", [], [], max_seq_len=0)
 
 
@@ -232,6 +236,7 @@ def test_routes_given_uint8_and_sample_support() -> None:
     assert rl("routes_uint8", [1], [1],
               routed_experts=torch.nested.nested_tensor(routes(2, 1, dtype=torch.uint8)))
     assert not rl("routes_uint8", [1], [1], routed_experts=routes(2))
+    assert rl("routes_uint8", [1], [1], routed_experts=routes(2) + routes(1, dtype=torch.uint8))
     assert not rl("routes_uint8", [1], [1], routed_experts=[np.zeros((2, 2), dtype=np.int16)])
     assert not rl("routes_uint8", [1], [1], routed_experts=[[1, 2]])
     assert not rl("routes_uint8", [1], [1], routed_experts=[])
@@ -262,6 +267,7 @@ def test_the_tail_pad_against_the_longest_sample() -> None:
     assert varlen("tail_pad_short", [1, 1], [1, 2], pad_to_multiple=8)  # tail 3
     assert varlen("tail_pad_short", [1, 1], [1, 2], pad_to_multiple=6)  # tail 1
     assert not varlen("tail_pad_short", [1, 1], [1, 2], pad_to_multiple=9)  # tail 4
+    assert not varlen("tail_pad_short", [1, 1], [3, 0], pad_to_multiple=9)  # tail 4, longest 4
     assert not varlen("tail_pad_short", [1, 1], [1, 2], pad_to_multiple=5)  # no tail
     assert not varlen("tail_pad_short", [1, 1], [1, 2])  # the default multiple, 1
     assert not varlen("tail_pad_short", [1, 1], [1, 2], pad_to_multiple=None)
@@ -407,7 +413,8 @@ def test_capacity_exact_is_the_longest_example() -> None:
     assert pack("capacity_exact", [3, 5], capacity=5)
     assert not pack("capacity_exact", [3, 5], capacity=6)
     assert not pack("capacity_exact", [3, 5], capacity=3)
-    assert not pack("capacity_exact", [], capacity=0)
+    for capacity in (-2, -1, 0, 1, None):  # no example: no longest one to equal
+        assert not pack("capacity_exact", [], capacity=capacity)
     assert holds("sft.pack_sft", "capacity_exact", [{"input_ids": [1, 1]}, "x"],
                  pad_token_id=0, capacity=2)
 
@@ -427,6 +434,7 @@ def test_budget_is_the_largest_group() -> None:
     assert mb("budget_is_the_largest_group", [3, 5, 2], 8, group_size=2)
     assert not mb("budget_is_the_largest_group", [3, 5, 2], 5, group_size=2)
     assert mb("budget_is_the_largest_group", torch.tensor([3, 5, 2]), 5)
+    assert mb("budget_is_the_largest_group", [3, 5, 2], 5, group_size=None)  # one per group
 
 
 def test_a_budget_just_above_total_over_count() -> None:
@@ -441,6 +449,8 @@ def test_a_budget_just_above_total_over_count() -> None:
     # groups of two: sums 6 and 7
     assert not mb("budget_just_above_total_over_count", [3, 3, 3, 4], 6, group_size=2)
     assert mb("budget_just_above_total_over_count", [3, 3, 3, 4], 7, group_size=2)
+    assert mb("budget_just_above_total_over_count", [3, 3, 3, 4], 9, group_size=2)
+    assert not mb("budget_just_above_total_over_count", [3, 3, 3, 4], 10, group_size=2)
     assert not mb("budget_just_above_total_over_count", [3, 3, 3, 3], 8.0)
     assert not mb("budget_just_above_total_over_count", [], 1)
 
@@ -467,6 +477,7 @@ def test_karmarkar_karp_s_regimes() -> None:
     assert kk("k_equals_n", [1, 2, 3], 3)
     assert not kk("k_equals_n", [1, 2, 3], 2)
     assert not kk("k_equals_n", [1], 1)  # one value in one part: no partition
+    assert kk("k_equals_n", [1, 2], 2)
     assert kk("k_is_1", [1, 2], 1)
     assert not kk("k_is_1", [1, 2], 2)
     assert kk("ties", [1, 2, 1], 2)
@@ -608,6 +619,49 @@ def test_coverage_draws_the_record_s_own_strategy_by_default() -> None:
     counts = regimes.coverage("balance.karmarkar_karp", examples=12)
     assert set(counts) == set(regimes.regimes("balance.karmarkar_karp"))
     assert sum(counts.values()) > 0
+
+
+@pytest.fixture
+def profile():
+    """`settings.load_profile` for the test; the profile it found is loaded back after."""
+    current = settings._current_profile
+    yield settings.load_profile
+    settings.load_profile(current)
+
+
+def spied(monkeypatch, regime=lambda call: False) -> list:
+    """rl_batch's regimes replaced by one that records every input it is asked about."""
+    seen = []
+    monkeypatch.setitem(regimes.REGIMES, RL, {"spy": lambda c: seen.append(c.args) or regime(c)})
+    return seen
+
+
+WIDE = st.lists(st.integers(0, 10**9), min_size=1, max_size=3).map(
+    lambda tokens: Case(([tokens], [[5]]), {"pad_token_id": 0}))
+
+
+def test_coverage_is_derandomized_under_any_profile(profile, monkeypatch) -> None:
+    profile("default")  # Hypothesis' own: randomized
+    seen = spied(monkeypatch)
+    regimes.coverage(RL, examples=10, strategy=WIDE)
+    first, seen[:] = list(seen), []
+    regimes.coverage(RL, examples=10, strategy=WIDE)
+    assert len(first) == 10 and seen == first
+
+
+def test_coverage_has_no_deadline_under_any_profile(profile, monkeypatch) -> None:
+    profile("default")  # a deadline of 200 ms
+    spied(monkeypatch, lambda call: time.sleep(0.25) or True)
+    assert regimes.coverage(RL, examples=2, strategy=WIDE) == {"spy": 2}
+
+
+def test_coverage_runs_no_health_check(profile, monkeypatch) -> None:
+    profile("default")
+    spied(monkeypatch)
+    # about one draw in a hundred passes the filter: Hypothesis' health check would refuse it
+    rare = st.integers(10**6, 10**9).filter(lambda n: n % 97 == 0).map(
+        lambda n: Case(([[n]], [[5]]), {"pad_token_id": 0}))
+    assert regimes.coverage(RL, examples=4, strategy=rare) == {"spy": 0}
 
 
 def test_uncovered_is_the_regimes_drawn_fewer_than_min_hits(monkeypatch) -> None:
