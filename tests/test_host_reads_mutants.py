@@ -12,6 +12,7 @@ import os
 import warnings
 from pathlib import Path
 
+import hypothesis
 import numpy as np
 import pytest
 import torch
@@ -99,6 +100,51 @@ def reads_here(body) -> list[str]:
         return reads(body)
     finally:
         host_reads.ROOTS = roots
+
+
+def test_a_split_of_a_nested_tensor_along_a_dense_dimension_reads_nothing(here) -> None:
+    nested = torch.nested.nested_tensor_from_jagged(torch.arange(10).view(5, 2),
+                                                    offsets=torch.tensor([0, 2, 5]))
+    assert reads(lambda x: nested.split(1, dim=-1)) == []
+    assert reads(lambda x: nested.split([1, 1], dim=2)) == []
+
+
+def test_index_put_impl_called_itself_is_a_boolean_mask_read(here) -> None:
+    assert reads(lambda x: torch._index_put_impl_(x.clone(), (x > 2,), x[:1])) == [
+        "boolean-mask indexing (output size from the data)"]
+
+
+def test_inputs_given_by_keyword_count(here) -> None:
+    assert reads(lambda x: torch.add(x[:3], other=host())) == [
+        "host tensor used in a device op (copied to the device)"]
+    # a host input written into a device `out=`: a device op, and nonzero syncs
+    assert reads(lambda x: torch.nonzero(host(), out=x.new_zeros(0, 1))) == [
+        "host tensor used in a device op (copied to the device)",
+        "nonzero (output size from the data)"]
+
+
+def test_a_device_factory_of_a_host_tensor_leaves_the_source_host_memory(here) -> None:
+    def same_device(x):
+        source = host()
+        copied = torch.as_tensor(source, device="cpu")  # on the CPU: `source` itself
+        source.tolist()
+        copied.tolist()
+    assert reads(same_device) == ["host data copied to the device", "tolist"]
+    assert reads(lambda x: torch.as_tensor(data=host(), device="cpu").tolist()) == [
+        "host data copied to the device", "tolist"]
+
+
+def test_what_a_composite_op_computes_inside_from_host_memory_is_host_memory(here) -> None:
+    # one_hot reads its input's maximum: an intermediate of host memory, read on the host
+    assert reads(lambda x: torch.nn.functional.one_hot(host()).tolist()) == []
+    assert set(reads(lambda x: torch.nn.functional.one_hot(x).tolist())) == {
+        "reads a scalar (item, int, bool of a tensor)", "tolist"}
+
+
+def test_a_host_function_s_output_is_host_memory_whatever_its_aten_ops_see(here) -> None:
+    # the scalar 0 becomes a tensor inside `where`: its aten op has an input nobody made
+    assert reads(lambda x: torch.where(host() > 0, host(), 0).tolist()) == []
+    assert reads(lambda x: torch.where(host() > 0, 1, host()).tolist()) == []
 
 
 def test_repeat_interleave_with_its_output_size_or_an_int_reads_nothing(here) -> None:
@@ -295,6 +341,29 @@ def test_a_read_in_impl_is_named_by_its_impl_path(tmp_path, monkeypatch) -> None
     assert make_module(tmp_path / "elsewhere", "op", probe).f() is None
 
 
+def test_a_root_frame_called_from_triton_s_code_is_reported(tmp_path, monkeypatch) -> None:
+    """Only frames below the innermost root frame (the read's own callees) say "under Triton's
+    interpreter"; Triton calling into the root's code is no such read."""
+    monkeypatch.setattr(host_reads, "ROOTS", host_reads.ROOTS + (str(tmp_path / "code") + os.sep,))
+    code = make_module(tmp_path / "code", "body", "from batchproof.perf import host_reads\n"
+                       "def g():\n    return host_reads._site('w')\n")
+    launcher = make_module(tmp_path / "lib" / "triton", "launch", "def run(f):\n"
+                           "    return f()\n")
+    assert launcher.run(code.g).where == "body.py:3"
+
+
+def test_a_frame_without_source_has_an_empty_line(tmp_path, monkeypatch) -> None:
+    import linecache
+
+    monkeypatch.setattr(host_reads, "ROOTS", host_reads.ROOTS + (str(tmp_path) + os.sep,))
+    module = make_module(tmp_path, "gone", "from batchproof.perf import host_reads\n"
+                         "def f():\n    return host_reads._site('w')\n")
+    os.remove(module.__file__)
+    linecache.clearcache()
+    site = module.f()
+    assert site.where == "gone.py:3" and site.line == ""
+
+
 def test_sync_py_frames_are_passed_over(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(host_reads, "ROOTS", host_reads.ROOTS + (str(tmp_path) + os.sep,))
     inner = make_module(tmp_path, "_sync", "from batchproof.perf import host_reads\n"
@@ -430,9 +499,11 @@ def test_watched_surveys_device_resident_calls_only(here) -> None:
 
     watched = host_reads.watched(target, found, "cpu")
     assert watched(device(), width=3) == "out"
+    assert calls[-1][1] == {"width": 3}
     assert found.surveyed == 1 and found.passed_over == 0 and len(found.undocumented) == 1
     assert watched([1, 2], device()) == "out"  # rows of Python numbers: passed over
     assert watched(device(), rows=[[1]]) == "out"
+    assert calls[-1][1] == {"rows": [[1]]}
     assert found.surveyed == 1 and found.passed_over == 2
     assert sum(found.undocumented.values()) == 1
     # a model argument and the device option are no data
@@ -449,12 +520,42 @@ def test_watched_counts_the_documented_reads() -> None:
     assert found.documented == 2 and not found.undocumented
     host_reads.watched(lambda x: x, found, "cpu")([1])
     assert found.documented == 2
+    watched(device())
+    assert found.documented == 4 and found.surveyed == 2
 
 
 def test_watched_passes_the_sync_mode_on(here, sync_modes) -> None:
     found = host_reads.Survey()
     host_reads.watched(lambda: warn_sync(), found, "cuda", sync_mode="error")()
     assert sync_modes == ["error", 0] and sum(found.undocumented.values()) == 1
+    host_reads.watched(lambda: None, found, "cuda")()
+    assert sync_modes[2:] == ["warn", 0]
+
+
+@pytest.fixture
+def profile():
+    """`hypothesis.settings.load_profile` for the test; the profile it found is loaded back."""
+    current = hypothesis.settings._current_profile
+    yield hypothesis.settings.load_profile
+    hypothesis.settings.load_profile(current)
+
+
+def test_survey_on_cuda_warns_by_default_and_passes_the_mode_on(run_checks, sync_modes,
+                                                               monkeypatch) -> None:
+    monkeypatch.setattr(host_reads, "device_resident", lambda value, device: True)
+    info = registry.get("trainer.real_rows")
+    host_reads.survey(info, device="cuda", checks=["equivalence"], call=lambda x: None)
+    host_reads.survey(info, device="cuda", checks=["equivalence"], call=lambda x: None,
+                      sync_mode="error")
+    assert sync_modes == ["warn", 0, "error", 0]
+
+
+def test_survey_has_no_deadline_or_health_check_under_any_profile(run_checks, profile) -> None:
+    profile("default")  # Hypothesis' own: a deadline, every health check
+    host_reads.survey(registry.get("trainer.real_rows"), checks=["equivalence"],
+                      call=lambda x: None)
+    assert run_checks[0]["deadline"] is None
+    assert set(run_checks[0]["health_checks"]) == set(hypothesis.HealthCheck)
 
 
 # --------------------------------------------------------------------------- survey
@@ -471,6 +572,7 @@ def run_checks(monkeypatch) -> list:
     def stand_in(info, check, candidate, *, settings, device, seed):
         ran.append(dict(record=info.name, check=check, max_examples=settings.max_examples,
                         deadline=settings.deadline, database=settings.database,
+                        health_checks=settings.suppress_health_check,
                         device=device, seed=seed, placement=(
                             placements.kernels.ENABLED, placements._cpu.FAST_PATHS,
                             placements.kernels.TRITON_ON_CPU)))

@@ -19,6 +19,7 @@ CHECK = "harness/cli/check.py"
 PARSER = "harness/cli/parser.py"
 VERIFY = "harness/cli/verify.py"
 REGIMES = "harness/regimes.py"
+HOST_READS = "harness/perf/host_reads.py"
 RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
              "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
@@ -252,4 +253,22 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "without a failure only the generate phase draws here: no @example (explicit), "
                "no database (reuse, derandomized), no target() call (target), and `count` never "
                "raises (the regimes read inputs through Call, which never raises): no shrink"),
+
+    # ------------------------------------------------------------ harness/perf/host_reads.py
+    Equivalent(HOST_READS, "_site", r"for depth in range\(len\(stack\) - 1, -1, -1\):$",
+               r"for depth in range\(len\(stack\) - (2, -1|1, \+1|1, -2), -1\):$",
+               "the innermost frame is `_site`'s own and the outermost the interpreter's entry "
+               "(runpy, pytest), neither ever under a root: starting one frame further out, "
+               "stopping before the outermost, or reaching the innermost again finds the same "
+               "innermost root frame"),
+    Equivalent(HOST_READS, "_FunctionReads.__torch_function__",
+               r'name = getattr\(func, "__name__", ""\)$',
+               r'name = getattr\(func, "__name__", (None|"XXXX")?\)$',
+               "the default names a function without `__name__`, which is none of the names "
+               "compared after it: '', None and 'XXXX' all fall through to the generic branch"),
+    Equivalent(HOST_READS, "device_resident",
+               r"for leaf in value\.values\(include_nested=True, leaves_only=True\)\)",
+               r"for leaf in value\.values\(include_nested=True, (leaves_only=(None|False))?\)\)",
+               "with the nested TensorDicts among the values too, each is itself checked leaf by "
+               "leaf (the TensorDict branch): the same verdict"),
 )
