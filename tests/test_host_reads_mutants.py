@@ -550,11 +550,12 @@ def test_survey_on_cuda_warns_by_default_and_passes_the_mode_on(run_checks, sync
     assert sync_modes == ["warn", 0, "error", 0]
 
 
-def test_survey_has_no_deadline_or_health_check_under_any_profile(run_checks, profile) -> None:
-    profile("default")  # Hypothesis' own: a deadline, every health check
+def test_survey_has_no_deadline_database_or_health_check_under_any_profile(run_checks,
+                                                                          profile) -> None:
+    profile("default")  # Hypothesis' own: a deadline, a database, every health check
     host_reads.survey(registry.get("trainer.real_rows"), checks=["equivalence"],
                       call=lambda x: None)
-    assert run_checks[0]["deadline"] is None
+    assert run_checks[0]["deadline"] is None and run_checks[0]["database"] is None
     assert set(run_checks[0]["health_checks"]) == set(hypothesis.HealthCheck)
 
 
