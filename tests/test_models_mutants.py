@@ -165,6 +165,8 @@ def test_a_trainable_model_has_the_same_weights_and_gradients() -> None:
     assert all(p.dtype == torch.bfloat16 for p in half.parameters())
     assert models.trainable_model(ModelSpec("llama", "sdpa")).config._attn_implementation == \
         "sdpa"
+    on_meta = models.trainable_model(ModelSpec("llama", "eager", device="meta"))
+    assert all(p.device.type == "meta" for p in on_meta.parameters())
 
 
 # --------------------------------------------------------------------------- specs
@@ -245,6 +247,9 @@ def test_a_model_case_prints_its_model() -> None:
     long = ModelCase(("x" * 50,), {}, "", ModelSpec("llama", "sdpa"))
     assert long.short(10) != long.short()
     assert long.short(10) == "model=llama-sdpa-float32-cpu " + models.Case(long.args).short(10)
+    for n in (297, 298, 299):  # reprs of 299 to 301 characters: Case.short's default cut
+        given = ModelCase(("x" * n,), {}, "", ModelSpec("llama", "sdpa"))
+        assert given.short() == "model=llama-sdpa-float32-cpu " + models.Case(given.args).short()
     assert case.as_call("f") == "f(<tiny qwen3-eager-float32-cpu model>, 1, a=2)"
     assert ModelCase((), {"a": (1, 2)}).as_call("g") == \
         "g(<tiny llama-sdpa-float32-cpu model>, a=(1, 2))"
