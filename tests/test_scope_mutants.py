@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
@@ -62,7 +63,7 @@ def test_of_takes_lists_or_tuples_names_or_reasons_pairs_or_a_mapping() -> None:
 def test_of_without_options_is_the_empty_scope() -> None:
     assert Scope.of() == Scope()
     assert Scope.of(forms=[], checks=[], not_provided=None, output_names=None,
-                    adapter_files=None) == Scope()
+                    adapter_files=None, skip=None) == Scope()
     assert Scope().forms is None and Scope().checks is None and Scope().layout is None
 
 
@@ -200,6 +201,9 @@ def test_narrow_to_a_layout_restricts_the_domain_and_skips_what_varies_it(output
     assert [c for c in narrowed.skip if c.startswith("property:")] == ["property:layouts_agree"]
     left = Scope.of(layout="left").narrow(adapter())
     assert left.supports(Call.of(Case(([[1]], [[2]]), {"pad_token_id": 0}), contract))
+    # a call that does not know the contract: its default layout is still the contract's
+    assert left.supports(Call(([[1]], [[2]]), {"pad_token_id": 0}))
+    assert not narrowed.supports(Call(([[1]], [[2]]), {"pad_token_id": 0}))
     kept = Scope.of(layout="left", skip={"property:layouts_agree": "mine"}).narrow(adapter())
     assert kept.skip["property:layouts_agree"] == "mine"
 
@@ -262,6 +266,42 @@ def test_as_tensordict() -> None:
 def test_output_keys_are_the_oracle_s_on_pins_and_draws() -> None:
     assert scope.output_keys(registry.get(RL), draws=3) >= RL_OUTPUTS
     assert scope.output_keys(registry.get(KK), draws=3) == set()
+
+
+@pytest.fixture
+def profile():
+    """`settings.load_profile` for the test; the profile it found is loaded back after."""
+    current = settings._current_profile
+    yield settings.load_profile
+    settings.load_profile(current)
+
+
+def drawing(valid) -> tuple[SimpleNamespace, list]:
+    """A record without pins whose oracle records what it is called with."""
+    seen = []
+    return SimpleNamespace(pins=[], valid=valid, reference=lambda *args: seen.append(args)), seen
+
+
+WIDE = st.lists(st.integers(0, 10**9), min_size=1, max_size=3).map(lambda v: Case((v,)))
+
+
+def test_output_keys_draw_40_derandomized_inputs_under_any_profile(profile) -> None:
+    profile("default")  # Hypothesis' own: randomized, 100 examples
+    record, seen = drawing(WIDE)
+    scope.output_keys(record)
+    first, seen[:] = list(seen), []
+    scope.output_keys(record)
+    assert len(first) == 40 and seen == first
+    scope.output_keys(record, draws=3)
+    assert len(seen) == 43
+
+
+def test_output_keys_run_no_health_check(profile) -> None:
+    profile("default")
+    # about one draw in a hundred passes the filter: Hypothesis' health check would refuse it
+    rare = st.integers(10**6, 10**9).filter(lambda n: n % 97 == 0).map(lambda n: Case((n,)))
+    record, seen = drawing(rare)
+    assert scope.output_keys(record, draws=3) == set() and len(seen) == 3
 
 
 def test_output_keys_read_the_valid_pins_and_pass_over_what_raises() -> None:

@@ -20,6 +20,10 @@ PARSER = "harness/cli/parser.py"
 VERIFY = "harness/cli/verify.py"
 REGIMES = "harness/regimes.py"
 HOST_READS = "harness/perf/host_reads.py"
+SCOPE = "harness/adapters/scope.py"
+DERANDOMIZED_NO_DATABASE = ("derandomize=True implies database=None: Hypothesis drops a "
+                            "profile's database itself (settings(derandomize=True).database is "
+                            "None under any profile)")
 RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
              "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
@@ -271,4 +275,15 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"for leaf in value\.values\(include_nested=True, (leaves_only=(None|False))?\)\)",
                "with the nested TensorDicts among the values too, each is itself checked leaf by "
                "leaf (the TensorDict branch): the same verdict"),
+
+    # ------------------------------------------------------------ harness/adapters/scope.py
+    Equivalent(SCOPE, "output_keys",
+               r"settings\(max_examples=draws, derandomize=True, database=None, deadline=None,",
+               r"settings\(max_examples=draws, derandomize=True, deadline=None,",
+               DERANDOMIZED_NO_DATABASE),
+    Equivalent(SCOPE, "output_keys", r"phases=\[Phase\.generate\], suppress_health_check",
+               r"^suppress_health_check=list\(HealthCheck\)\)$",
+               "without a failure only the generate phase draws here: no @example (explicit), "
+               "no database (reuse, derandomized), no target() call (target), and `collect` "
+               "never raises (it passes over what the oracle raises): no shrink"),
 )
