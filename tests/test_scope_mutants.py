@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -301,7 +302,13 @@ def test_output_keys_run_no_health_check(profile) -> None:
     # about one draw in a hundred passes the filter: Hypothesis' health check would refuse it
     rare = st.integers(10**6, 10**9).filter(lambda n: n % 97 == 0).map(lambda n: Case((n,)))
     record, seen = drawing(rare)
-    assert scope.output_keys(record, draws=3) == set() and len(seen) == 3
+    assert scope.output_keys(record, draws=10) == set() and len(seen) == 10
+
+
+def test_output_keys_have_no_deadline(profile) -> None:
+    profile("default")  # a deadline of 200 ms
+    slow = SimpleNamespace(pins=[], valid=WIDE, reference=lambda *args: time.sleep(0.25))
+    assert scope.output_keys(slow, draws=2) == set()
 
 
 def test_output_keys_read_the_valid_pins_and_pass_over_what_raises() -> None:
