@@ -144,8 +144,10 @@ HARNESS_KILLERS = {
     "adapters/__init__": ["tests/test_adapter_triage.py"],
     "calls": ["tests/test_adapter_triage.py"],  # `Call`, moved out of adapters/__init__
     "checks": ["tests/test_checks.py"],
-    "adapters/scope": ["tests/test_scope.py"],
-    "regimes": ["tests/test_regimes.py"],
+    "adapters/scope": ["tests/test_scope_mutants.py"],  # issue 39: its own fast killers
+    "regimes": ["tests/test_regimes_mutants.py"],  # issue 39: its own fast killers
+    "perf/host_reads": ["tests/test_host_reads_mutants.py"],  # issue 39
+    "models": ["tests/test_models_mutants.py"],  # issue 39
     "blocks": ["tests/test_regimes.py", "tests/test_rl_batch.py"],
     # the exit policy and what applies it (issue 39); tests/test_replay.py runs the CLI in fresh
     # processes, which import the installed batchproof, not mutmut's mutants: no killer here
