@@ -17,7 +17,9 @@ from types import SimpleNamespace
 import hypothesis
 import pytest
 import torch
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
+from hypothesis.database import InMemoryExampleDatabase
 from rich.console import Console
 from tensordict import TensorDict
 
@@ -549,32 +551,36 @@ def test_what_the_search_is_given(monkeypatch) -> None:
 
     monkeypatch.setattr(runner, "run_check", run_check)
     narrow = dataclasses.replace(STAND_IN, supports=lambda call: call.args[1] != 1)
+    database = InMemoryExampleDatabase()
+    base = settings(max_examples=11, derandomize=False, database=database, deadline=1000,
+                    suppress_health_check=[HealthCheck.differing_executors])
     runner.check_adapter(narrow, _verl_like, checks=["equivalence", "pin:spec_example_1_to_8"],
                          max_examples=7, report_multiple_bugs=False, seed=3,
-                         reproduce=("equivalence", "AAAA"))
+                         reproduce=("equivalence", "AAAA"), base_settings=base)
     search, kwargs = seen["equivalence"]
     assert search.pins == [] and seen["pin:spec_example_1_to_8"][0].pins  # pins run alone
     quiet = kwargs["settings"]
     assert quiet.max_examples == 7 and quiet.deadline is None and quiet.print_blob
     assert not quiet.report_multiple_bugs and not quiet.derandomize
-    assert {"filter_too_much", "too_slow"} <= {h.name for h in quiet.suppress_health_check}
-    assert "explain" not in {p.name for p in quiet.phases}
+    assert quiet.database is database
+    assert {HealthCheck.filter_too_much, HealthCheck.too_slow,
+            HealthCheck.differing_executors} <= set(quiet.suppress_health_check)
+    assert Phase.explicit in quiet.phases and Phase.explain not in quiet.phases
     assert (kwargs["seed"], kwargs["reproduce"], kwargs["device"]) == (3, ("equivalence",
                                                                           "AAAA"), "cpu")
     assert kwargs["admits"](Case(([1, 2], 2))) and not kwargs["admits"](Case(([1, 2], 1)))
     assert not kwargs["in_scope"](Case(([1, 2], 1)))
     runner.check_adapter(narrow, _verl_like, checks=["equivalence"], derandomize=True,
-                         replay_database=False)
+                         replay_database=False, base_settings=base)
     quiet = seen["equivalence"][1]["settings"]
     assert quiet.derandomize and quiet.database is None and quiet.report_multiple_bugs
-    assert quiet.max_examples == runner.settings().max_examples
-    runner.check_adapter(narrow, _verl_like, checks=["equivalence"])
-    assert seen["equivalence"][1]["settings"].database is not None
+    assert quiet.max_examples == 11
+    runner.check_adapter(narrow, _verl_like, checks=["equivalence"],
+                         base_settings=settings(base, derandomize=True))
+    assert seen["equivalence"][1]["settings"].derandomize
 
 
-def test_the_base_settings_are_the_searchs(monkeypatch) -> None:
-    from hypothesis import settings
-
+def test_the_loaded_profile_is_the_default_search(monkeypatch) -> None:
     seen = []
 
     def run_check(info, check, candidate, **kwargs):
@@ -582,9 +588,8 @@ def test_the_base_settings_are_the_searchs(monkeypatch) -> None:
         kwargs["stats"].examples += 1
 
     monkeypatch.setattr(runner, "run_check", run_check)
-    base = settings(max_examples=3, derandomize=True, database=None)
-    runner.check_adapter(STAND_IN, _verl_like, checks=["equivalence"], base_settings=base)
-    assert seen[0].max_examples == 3 and seen[0].derandomize
+    runner.check_adapter(STAND_IN, _verl_like, checks=["equivalence"])
+    assert seen[0].max_examples == settings().max_examples
 
 
 def test_batchproofs_own_failure_in_a_check_is_an_error() -> None:
