@@ -152,7 +152,8 @@ HARNESS_KILLERS = {
     "statuses": ["tests/test_verdict.py"],
     # its own fast file (stand-in adapters on a few examples) and the exit policy's properties
     "adapters/runner": ["tests/test_runner.py", "tests/test_verdict.py"],
-    "mutation/target": ["tests/test_verdict.py", "tests/test_mutmut_driver.py"],
+    # its own fast file (a user's module, mutmut a stand-in) and the policy's properties
+    "mutation/target": ["tests/test_mutation_target.py", "tests/test_verdict.py"],
     # the command line (issue 39), each module with a fast test file of its own: the commands
     # run in this process (`batchproof.cli.main`), on stand-ins or one tiny record
     "cli/__init__": ["tests/test_cli_main.py"],
