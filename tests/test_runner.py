@@ -10,6 +10,7 @@ adapters/runner` (with `tests/test_verdict.py`, the exit policy over many report
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from types import SimpleNamespace
@@ -1248,3 +1249,115 @@ def test_the_warnings_of_each_check() -> None:
     assert said[0].startswith("warnings raised by the target: 5,")
     assert said[1].startswith("  c1: ") and said[2].startswith("  c1: 3 more")
     assert len(said) == 3
+
+
+# --------------------------------------------------------------------------- what survivors asked
+
+
+def _header(text: str, first: str) -> list[str]:
+    row = next(line for line in text.splitlines() if line.startswith(f"┃ {first} "))
+    return [c.strip() for c in row.strip("┃").split("┃")]
+
+
+def _raw_cells(text: str, first: str) -> list[str]:
+    row = next(line for line in text.splitlines() if line.startswith(f"│ {first} "))
+    return row[1:-1].split("│")
+
+
+def test_the_tables_columns_and_their_alignment() -> None:
+    outcomes = [CheckOutcome("a", RECORD, "c", Outcome.PASS, examples=1, seconds=0.25,
+                             detail="x"),
+                CheckOutcome("a", RECORD, "a_longer_check", Outcome.NOT_TESTED, examples=12345,
+                             seconds=12345.0, detail="a longer detail")]
+    known = dict(_known(KnownStatus.CONFIRMED, "k"), kind="e")
+    wide = dict(_known(KnownStatus.NOT_MET, "a_longer_divergence"), kind="errors and more",
+                matched=123456789, diverged=123456789, confirmed=123456789)
+    text = _printed_report(_report(outcomes, [known, wide]))
+    assert _header(text, "check") == ["check", "result", "examples", "time", "detail"]
+    assert _header(text, "divergence") == ["divergence", "kind", "matched", "diverged",
+                                           "confirmed", "status"]
+    check, result, examples, time, detail = _raw_cells(text, "c")
+    assert check.startswith(" c ") and result.startswith(" PASS ") and detail.startswith(" x ")
+    assert examples.endswith(" 1 ") and examples.strip() == "1"
+    assert time.endswith(" 0.2s ") and time.strip() == "0.2s"
+    name, kind, matched, diverged, confirmed, status = _raw_cells(text, "k")
+    assert name.startswith(" k ") and kind.startswith(" e ") and status.startswith(" confirmed")
+    assert all(cell.endswith(" 1 ") and cell.strip() == "1"
+               for cell in (matched, diverged, confirmed))
+
+
+def test_the_reports_own_lines_are_plain_text_never_wrapped() -> None:
+    import io
+
+    doc = "a [bold]known[/bold] divergence, 12 'quoted' " + "long " * 60
+    report = _report([_outcome(Outcome.PASS)], [dict(_known(KnownStatus.CONFIRMED), doc=doc)],
+                     unsupported=4, forms=["lists"])
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="standard", width=100)
+    runner.print_report(report, "dev", console=console)
+    lines = out.getvalue().splitlines()
+    assert f"  k: {doc}" in lines  # markup kept as written, one line whatever its length
+    assert "4 generated inputs were outside the adapter's domain (not run)" in lines  # no colour
+
+
+def test_a_failures_lines_have_no_replay_without_a_replayer() -> None:
+    report = _report([CheckOutcome("a", RECORD, "c", Outcome.NEW, detail="it differs",
+                                   minimal="f(1)")])
+    text = _printed_report(report)
+    assert "minimal case: f(1)" in text and "replay:" not in text
+
+
+def test_a_failures_detail_is_shortened_to_80_characters() -> None:
+    report = _report([CheckOutcome("a", RECORD, "c", Outcome.NEW, detail="a" * 75 + " b c d")])
+    cell = _raw_cells(_printed_report(report), "c")[-1].strip()
+    assert cell == "a" * 75 + " ..."
+
+
+def test_a_layout_passed_by_position_traces_to_the_default() -> None:
+    def positional(values, k, layout="zigzag"):
+        return values
+
+    info = _info(reference=positional)
+    assert runner.traces_to(info, "equivalence", Case(([1], 1, "chunked")), "") == (
+        "layout", "zigzag")
+    assert runner.traces_to(info, "equivalence", Case(([1], 1, "zigzag")), "") == ()
+
+
+def test_a_missing_key_is_named_as_it_is_spelled() -> None:
+    detail = "keys differ: missing ['X_ids'], unexpected []"
+    assert runner.traces_to(_info(), "equivalence", None, detail) == ("not_provided", "X_ids")
+
+
+def test_a_hint_of_one_option_adds_only_that_one() -> None:
+    hint = runner.scope_hint([_custom_report(traces=[("layout", "zigzag")])], "m:f")
+    assert hint.splitlines()[-1] == ("To check what it does support: batchproof check --impl m:f "
+                                     "--op balance.karmarkar_karp --layout zigzag")
+    hint = runner.scope_hint([_custom_report(traces=[("not_provided", "a")])], "m:f")
+    assert hint.splitlines()[-1].endswith("--op balance.karmarkar_karp --not-provided a")
+
+
+def test_the_note_names_every_missing_need(capsys) -> None:
+    needy = _adapter("fw.needy", needs=("no-such-a", "no-such-b"), distribution="hypothesis")
+    assert runner.with_their_needs([needy, _adapter("fw.plain")])[0].name == "fw.plain"
+    assert "it needs no-such-a, no-such-b, not installed" in capsys.readouterr().err
+
+
+def test_one_adapter_that_does_not_fit() -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(ValueError, match=rf"^no adapter fits hypothesis {version('hypothesis')}; "
+                                         r"adapters: fw.old \(<1\)$"):
+        runner.fitting([_adapter("fw.old", distribution="hypothesis", versions="<1")])
+
+
+def test_the_spinner_names_the_adapter_and_its_target(monkeypatch) -> None:
+    said = []
+
+    def status(console, text):
+        said.append(text)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(runner.terminal, "status", status)
+    monkeypatch.setattr(runner, "check_adapter", lambda *args, **kwargs: "the report")
+    assert runner.run_adapter(_adapter("fw.one"), Scope()) == "the report"
+    assert said == [f"checking fw.one ({REFERENCE})"]
