@@ -1361,3 +1361,58 @@ def test_the_spinner_names_the_adapter_and_its_target(monkeypatch) -> None:
     monkeypatch.setattr(runner, "check_adapter", lambda *args, **kwargs: "the report")
     assert runner.run_adapter(_adapter("fw.one"), Scope()) == "the report"
     assert said == [f"checking fw.one ({REFERENCE})"]
+
+
+def test_a_pin_in_two_forms_not_given_names_both() -> None:
+    pin = Pin("t", Case(([1, 2], 2)), "why", forms=("x", "y"))
+    info = dataclasses.replace(registry.get(RECORD), pins=[pin])
+    plain = runner.adapter_view(STAND_IN)
+    assert runner._set_aside_pin(STAND_IN, info, "pin:t", _verl_like, plain) == (
+        Outcome.SKIPPED, "input in forms the target is not given (x, y)")
+
+
+def test_the_adapter_is_narrowed_to_the_candidates_signature(monkeypatch) -> None:
+    seen = []
+
+    def within(adapter, candidate):
+        seen.append((adapter, candidate))
+        return dataclasses.replace(adapter, supports=lambda call: False)
+
+    monkeypatch.setattr(runner, "within_its_signature", within)
+    report = runner.check_adapter(STAND_IN, _verl_like, checks=["equivalence"], **FEW)
+    assert seen == [(STAND_IN, _verl_like)]
+    assert _statuses(report) == {"equivalence": Outcome.NOT_TESTED}  # the narrowed domain
+
+
+def test_the_target_is_completed_with_the_records_reference(monkeypatch) -> None:
+    seen = []
+
+    def completed(candidate, reference, not_provided):
+        seen.append((candidate, reference, not_provided))
+        return candidate
+
+    monkeypatch.setattr(runner, "completed", completed)
+    partial = dataclasses.replace(STAND_IN, not_provided=("x",))
+    runner.check_adapter(partial, _verl_like, checks=["pin:zeros_and_ties"], **FEW)
+    assert seen == [(_verl_like, registry.get(RECORD).reference, ("x",))]
+
+
+def test_without_a_candidate_the_adapters_own_is_checked() -> None:
+    report = runner.check_adapter(STAND_IN, checks=["pin:zeros_and_ties", "pin:k_greater_than_n"],
+                                  **FEW)
+    assert _statuses(report) == {"pin:zeros_and_ties": Outcome.PASS,
+                                 "pin:k_greater_than_n": Outcome.PASS}  # the reference agrees
+
+
+def test_a_misfits_report_names_the_adapter() -> None:
+    def no_keywords(values, k, **kwargs):
+        if kwargs:
+            raise TypeError("f() got an unexpected keyword argument 'equal_size'")
+        return karmarkar_karp(values, k)
+
+    narrowed = dataclasses.replace(STAND_IN, scope=Scope(layout="x"))
+    report = runner.check_adapter(narrowed, no_keywords, checks=["errors"], **FEW)
+    assert report.misfit and report.record == RECORD and report.version == "-"
+    assert report.scope == Scope(layout="x") and report.forms == []
+    assert [(o.adapter, o.record, o.check) for o in report.outcomes] == [
+        ("stand_in.kk", RECORD, "errors")]
