@@ -554,7 +554,8 @@ def test_what_the_search_is_given(monkeypatch) -> None:
     narrow = dataclasses.replace(STAND_IN, supports=lambda call: call.args[1] != 1)
     database = InMemoryExampleDatabase()
     base = settings(max_examples=11, derandomize=False, database=database, deadline=1000,
-                    suppress_health_check=[HealthCheck.differing_executors])
+                    suppress_health_check=[HealthCheck.differing_executors], print_blob=False,
+                    phases=list(Phase))
     runner.check_adapter(narrow, _verl_like, checks=["equivalence", "pin:spec_example_1_to_8"],
                          max_examples=7, report_multiple_bugs=False, seed=3,
                          reproduce=("equivalence", "AAAA"), base_settings=base)
@@ -571,11 +572,15 @@ def test_what_the_search_is_given(monkeypatch) -> None:
                                                                           "AAAA"), "cpu")
     assert kwargs["admits"](Case(([1, 2], 2))) and not kwargs["admits"](Case(([1, 2], 1)))
     assert not kwargs["in_scope"](Case(([1, 2], 1)))
-    runner.check_adapter(narrow, _verl_like, checks=["equivalence"], derandomize=True,
-                         replay_database=False, base_settings=base)
+    assert Phase.shrink in quiet.phases and Phase.generate in quiet.phases
+    runner.check_adapter(narrow, _verl_like, checks=["equivalence"], replay_database=False,
+                         base_settings=base)
     quiet = seen["equivalence"][1]["settings"]
-    assert quiet.derandomize and quiet.database is None and quiet.report_multiple_bugs
-    assert quiet.max_examples == 11
+    assert quiet.database is None and quiet.report_multiple_bugs
+    assert quiet.max_examples == 11 and not quiet.derandomize
+    runner.check_adapter(narrow, _verl_like, checks=["equivalence"], derandomize=True,
+                         base_settings=base)
+    assert seen["equivalence"][1]["settings"].derandomize
     runner.check_adapter(narrow, _verl_like, checks=["equivalence"],
                          base_settings=settings(base, derandomize=True))
     assert seen["equivalence"][1]["settings"].derandomize
