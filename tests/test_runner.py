@@ -1421,3 +1421,74 @@ def test_a_misfits_report_names_the_adapter() -> None:
     assert report.scope == Scope(layout="x") and report.forms == []
     assert [(o.adapter, o.record, o.check) for o in report.outcomes] == [
         ("stand_in.kk", RECORD, "errors")]
+
+
+@pytest.fixture
+def record_with(monkeypatch):
+    """The runner sees the record with `changes` (batchproof's registry untouched)."""
+    def use(**changes):
+        changed = dataclasses.replace(registry.get(RECORD), **changes)
+        monkeypatch.setattr(runner, "registry", SimpleNamespace(get=lambda name: changed))
+        return changed
+
+    return use
+
+
+def test_the_adapted_record_keeps_the_records_targets_and_its_missing_invalid(record_with) -> None:
+    def targets(case):
+        return {"n": float(len(case.args[0]))}
+
+    record_with(targets=targets, invalid=None)
+    adapted = runner.adapted_record(dataclasses.replace(STAND_IN, invalid=None), _verl_like,
+                                    KnownTally())
+    assert adapted.targets is targets and adapted.invalid is None
+
+
+def test_a_skipped_pin_leaves_the_pins_after_it() -> None:
+    info = registry.get(RECORD)
+    first = info.pins[0].name
+    skip = dataclasses.replace(STAND_IN, skip={f"pin:{first}": "no"})
+    names = [p.name for p in runner.adapted_record(skip, _verl_like, KnownTally()).pins]
+    assert names == [p.name for p in info.pins if p.name not in (first, "k_greater_than_n")]
+
+
+def test_without_its_own_invalid_inputs_the_adapter_is_given_the_records() -> None:
+    report = runner.check_adapter(dataclasses.replace(STAND_IN, invalid=None), _verl_like,
+                                  checks=["errors"], **FEW)
+    (known,) = report.known
+    assert known["matched"] > 0 and known["example"].startswith("BadCase(Case(")
+
+
+def test_a_new_divergences_traces_are_of_its_failing_input_and_whole_message(
+        monkeypatch) -> None:
+    failing = Case(([9, 9], 2))
+    traced = []
+
+    def run_check(info, check, candidate, *, stats, **kwargs):
+        stats.examples += 3
+        stats.failing = failing
+        stats.notes.append("a note of the search")
+        raise AssertionError("it differs")
+
+    def traces_to(info, check, case, detail):
+        traced.append((info, check, case, detail))
+        return ("forms", "lists")
+
+    monkeypatch.setattr(runner, "run_check", run_check)
+    monkeypatch.setattr(runner, "traces_to", traces_to)
+    (outcome,) = runner.check_adapter(STAND_IN, _verl_like, checks=["equivalence"],
+                                      **FEW).outcomes
+    assert outcome.status == Outcome.NEW and outcome.traces == ("forms", "lists")
+    assert "it differs" in outcome.detail and "a note of the search" not in outcome.detail
+    ((info, check, case, detail),) = traced
+    assert info is registry.get(RECORD) and check == "equivalence" and case is failing
+    assert detail == "\n".join([outcome.detail, *outcome.notes])
+    assert outcome.examples == 3 and 0 <= outcome.seconds < 60
+
+
+def test_the_report_says_the_outputs_compared_and_the_scope() -> None:
+    scoped = dataclasses.replace(STAND_IN, not_provided=("x",), compared=("y", "z"),
+                                 scope=Scope(layout="left"))
+    report = runner.check_adapter(scoped, _verl_like, checks=["pin:zeros_and_ties"], **FEW)
+    assert report.not_provided == ["x"] and report.compared == ["y", "z"]
+    assert report.scope == Scope(layout="left")
