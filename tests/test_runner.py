@@ -1492,3 +1492,41 @@ def test_the_report_says_the_outputs_compared_and_the_scope() -> None:
     report = runner.check_adapter(scoped, _verl_like, checks=["pin:zeros_and_ties"], **FEW)
     assert report.not_provided == ["x"] and report.compared == ["y", "z"]
     assert report.scope == Scope(layout="left")
+
+
+def test_the_adapters_comparator_is_blind_to_what_it_does_not_provide(record_with) -> None:
+    seen = []
+
+    def compare(expected, actual, **kwargs):
+        seen.append((sorted(expected.keys()), sorted(actual.keys())))
+
+    def targets(case):
+        return {}
+
+    record_with(compare=compare, targets=targets)
+    view = runner.adapter_view(dataclasses.replace(STAND_IN, not_provided=("b",)))
+    view.compare(_td(a=1, b=2, c=3), _td(a=1, b=2, c=3))
+    view = runner.adapter_view(dataclasses.replace(STAND_IN, compared=("a",)))
+    view.compare(_td(a=1, b=2, c=3), _td(a=1, b=2, c=3))
+    assert seen == [(["a", "c"], ["a", "c"]), (["a"], ["a"])]
+    assert view.targets is None  # the record's `hypothesis.target` calls are the search's own
+
+
+def _by_position(width, *, out=None, device=None):
+    td = TensorDict({"a": torch.zeros(width)}, batch_size=[width], device=device)
+    return td if out is None else out
+
+
+def _oracle_by_position(width, **kwargs):
+    return TensorDict({"a": torch.zeros(width), "b": torch.arange(width)}, batch_size=[width])
+
+
+def test_completion_passes_the_arguments_on_and_keeps_the_targets_tensors() -> None:
+    target = runner.completed(_by_position, _oracle_by_position, ("z", "b"))
+    out = target(3)
+    assert out["b"].tolist() == [0, 1, 2] and out.batch_size == torch.Size([3])
+    own = _by_position(3)
+    completed = target(3, out=own)
+    assert completed["a"] is own["a"]  # the target's own tensor, not a copy
+    on_cpu = target(2, device="cpu")
+    assert on_cpu["b"].tolist() == [0, 1] and on_cpu["b"].device == torch.device("cpu")
