@@ -1530,3 +1530,14 @@ def test_completion_passes_the_arguments_on_and_keeps_the_targets_tensors() -> N
     assert completed["a"] is own["a"]  # the target's own tensor, not a copy
     on_cpu = target(2, device="cpu")
     assert on_cpu["b"].tolist() == [0, 1] and on_cpu["b"].device == torch.device("cpu")
+
+
+def test_the_records_example_is_probed_too(record_with) -> None:
+    def target(values, k, *, equal_size=False):
+        raise TypeError("f() got an unexpected keyword argument 'equal_size'")
+
+    record_with(pins=[], example=Case(([5, 6, 7], 2)))
+    assert runner.fit_problem(STAND_IN, target) == ("TypeError: f() got an unexpected keyword "
+                                                    "argument 'equal_size'")
+    record_with(pins=[], example=None)
+    assert runner.fit_problem(STAND_IN, target) == ""
