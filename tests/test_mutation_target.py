@@ -75,6 +75,9 @@ def theirs(cli_state, monkeypatch, tmp_path):
     (package / "__pycache__").mkdir()
     (package / "__pycache__" / "sub.cpython-311.pyc").write_bytes(b"")
     (package / "stale.pyc").write_bytes(b"")
+    for cache in (".hypothesis", ".pytest_cache"):
+        (package / cache).mkdir()
+        (package / cache / "kept").write_text("")
     monkeypatch.chdir(tmp_path)
     for name in (MODULE, "bp_pkg", "bp_pkg.sub", "bp_adapter"):
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -253,7 +256,8 @@ def test_the_work_directory_of_a_package(theirs) -> None:
         assert config["track_dependencies"] is False
         plugins = config["pytest_add_cli_args"]
         assert [plugins[i] for i in range(0, len(plugins), 2)] == ["-p"] * (len(plugins) // 2)
-        assert {"no:xdist", "no:randomly", "no:cacheprovider"} <= set(plugins[1::2])
+        assert {"no:xdist", "no:randomly", "no:cacheprovider", "no:benchmark"} <= set(
+            plugins[1::2])
     finally:
         shutil.rmtree(workdir)
 
@@ -367,9 +371,10 @@ class _Mutmut:
 
     def __call__(self, args, workdir, capture=False):
         self.calls.append(list(args))
-        self.workdir = workdir
         if args[0] == "show":
+            assert workdir == self.workdir and capture
             return SimpleNamespace(stdout=f"--- a\n+++ b\n-old {args[1]}\n+new\n", returncode=0)
+        self.workdir = workdir
         assert (workdir / target.TEST_FILE).exists() and not capture
         if self.codes:
             meta = workdir / "mutants" / f"{self.relative}.meta"
@@ -457,3 +462,85 @@ def test_a_function_that_fails_first_is_not_mutated(monkeypatch) -> None:
     monkeypatch.setattr(driver, "_mutmut", fake)
     monkeypatch.setattr(target, "check_first", lambda chosen, adapter: 3)
     assert target.main(CHOSEN) == 3 and fake.calls == []
+
+
+def test_a_target_is_split_at_its_first_colon() -> None:
+    chosen = Target(f"{MODULE}:multiple", RECORD).adapter_for()
+    with pytest.raises(ValueError, match=rf"^{MODULE} has no function 'multiple:x'$"):
+        target.locate(f"{MODULE}:multiple:x", chosen)
+
+
+def test_every_adapter_file_is_imported(monkeypatch, theirs) -> None:
+    (theirs / "bp_adapter.py").write_text("LOADED = True\n")
+    (theirs / "bp_adapter_two.py").write_text("LOADED = True\n")
+    monkeypatch.delitem(sys.modules, "bp_adapter_two", raising=False)
+    chosen = Target(f"{MODULE}:multiple", RECORD,
+                    scope=Scope.of(adapter_files=["bp_adapter.py", "bp_adapter_two.py"]))
+    try:
+        _run_source(target.test_source(MODULE, "multiple", chosen), monkeypatch)
+        assert "bp_adapter" in sys.modules and "bp_adapter_two" in sys.modules
+    finally:
+        sys.modules.pop("bp_adapter_two", None)
+
+
+def _failing(monkeypatch) -> None:
+    """The check before mutation finds a new divergence that traces to `--skip errors`."""
+    new = CheckOutcome("a", RECORD, "errors", Outcome.NEW, detail="it accepted", blob="AAAA",
+                       traces=("skip", "errors"))
+    report = AdapterReport("a", RECORD, "m:f", "-", [new], [], 0, framework="custom")
+    monkeypatch.setattr(runner, "check_adapter", lambda *args, **kwargs: report)
+
+
+def test_the_lines_of_a_failing_check_name_the_adapter(monkeypatch, capsys) -> None:
+    _failing(monkeypatch)
+    chosen = Target(f"{MODULE}:multiple", RECORD, adapter="fw.named")
+    adapter = Target(f"{MODULE}:multiple", RECORD).adapter_for()
+    assert target.check_first(chosen, adapter) == 1
+    out, err = capsys.readouterr()
+    words = f"batchproof check --impl {MODULE}:multiple --adapter fw.named"
+    assert f"replay: {words} --check errors --reproduce AAAA" in out
+    assert f"To check what it does support: {words} --skip errors" in out
+    assert f"Make `{words}` pass first" in err
+
+
+def test_what_main_hands_on(mutmut, monkeypatch, capsys) -> None:
+    fake = mutmut({_name("multiple", 1): 1, _name("multiple", 2): 0})
+    ticks = iter([100.0, 142.0])
+    monkeypatch.setattr(target, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    written = []
+
+    def prepare(*args):
+        workdir = real_prepare(*args)
+        written.append((workdir / target.TEST_FILE).read_text())
+        return workdir
+
+    real_prepare = target.prepare
+    monkeypatch.setattr(target, "prepare", prepare)
+    assert target.main(CHOSEN) == 1
+    ((chosen, adapter),) = mutmut.state.checked
+    assert (adapter.record, adapter.target) == (RECORD, CHOSEN.target)
+    assert written == [target.test_source(MODULE, "multiple", CHOSEN)]
+    out = capsys.readouterr().out
+    assert f"mutmut over {MODULE}.py" in out
+    assert "in 42s (guard: at least 0 mutants)" in out
+    assert fake.calls[-1] == ["show", _name("multiple", 2)]
+
+
+def test_a_work_directory_that_cannot_be_removed_is_no_failure(mutmut, monkeypatch) -> None:
+    fake = mutmut({_name("multiple", 1): 1})
+    removed = []
+
+    def rmtree(path, ignore_errors=False):
+        """A removal that fails (a file still open), as `shutil.rmtree` reports it."""
+        if not ignore_errors:
+            raise OSError(f"cannot remove {path}")
+        removed.append(path)
+
+    monkeypatch.setattr(target, "shutil", SimpleNamespace(
+        rmtree=rmtree, copytree=shutil.copytree, copy2=shutil.copy2,
+        ignore_patterns=shutil.ignore_patterns))
+    try:
+        assert target.main(CHOSEN) == 0
+        assert removed == [fake.workdir]
+    finally:
+        shutil.rmtree(fake.workdir)

@@ -19,6 +19,7 @@ CHECK = "harness/cli/check.py"
 PARSER = "harness/cli/parser.py"
 VERIFY = "harness/cli/verify.py"
 RUNNER = "harness/adapters/runner.py"
+TARGET = "harness/mutation/target.py"
 RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
              "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
@@ -257,4 +258,17 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "target on CUDA has its completed keys moved to its device, not run here"),
     Equivalent(RUNNER, "print_report", r'else "left"\)$', r'else "(XXleftXX|LEFT)"\)$',
                RICH_LEFT),  # both tables: `justify="right" if column in (...) else "left"`
+
+    # -------------------------------------------------------------- harness/mutation/target.py
+    Equivalent(TARGET, "prepare",
+               r'^"source_paths": \[top if source\.is_dir\(\) else str\(relative\)\],$',
+               r"top if \(source\.is_dir\(\)\) or True else",
+               "the module's top (`relative.parts[0]`) is a file only when the module is "
+               "top-level, and then its relative path is that one part: `top` is "
+               "`str(relative)`"),
+    Equivalent(TARGET, "main", r"(read_results\(workdir, \[str\(relative\)\], \[\], located=str\)|"
+               r"driver\.Report\(scope=\[str\(relative\)\], patterns=\[\],)",
+               r"(\[str\(relative\)\], None, located=str\)|patterns=None,)",
+               "no patterns: `read_results` filters only when `patterns` is truthy, and the "
+               "report's `patterns` is read by the driver's own runs, never by `print_report`"),
 )
