@@ -544,3 +544,17 @@ def test_a_work_directory_that_cannot_be_removed_is_no_failure(mutmut, monkeypat
         assert removed == [fake.workdir]
     finally:
         shutil.rmtree(fake.workdir)
+
+
+def test_the_search_is_the_same_whatever_profile_is_loaded() -> None:
+    from hypothesis import settings
+    from hypothesis.database import InMemoryExampleDatabase
+
+    settings.register_profile("bp-test-target-loose", derandomize=False, deadline=200,
+                              database=InMemoryExampleDatabase(), phases=list(Phase),
+                              report_multiple_bugs=True)
+    settings.load_profile("bp-test-target-loose")  # cli_state loads the previous one back
+    search = Target("m:f", RECORD, max_examples=7).settings()
+    assert search.derandomize and search.database is None and search.deadline is None
+    assert tuple(search.phases) == (Phase.explicit, Phase.generate)
+    assert not search.report_multiple_bugs
