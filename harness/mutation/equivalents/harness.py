@@ -271,4 +271,9 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"(\[str\(relative\)\], None, located=str\)|patterns=None,)",
                "no patterns: `read_results` filters only when `patterns` is truthy, and the "
                "report's `patterns` is read by the driver's own runs, never by `print_report`"),
+    Equivalent(TARGET, "Target.settings",
+               r"derandomize=True, database=None,",
+               r"derandomize=True, phases=\[Phase\.explicit, Phase\.generate\]",
+               "Hypothesis' settings have no database under `derandomize=True`, whatever the "
+               "parent profile names: dropping `database=None` beside it changes nothing"),
 )
