@@ -1541,3 +1541,12 @@ def test_the_records_example_is_probed_too(record_with) -> None:
                                                     "argument 'equal_size'")
     record_with(pins=[], example=None)
     assert runner.fit_problem(STAND_IN, target) == ""
+
+
+def test_the_scope_line_lists_every_output_and_skipped_check() -> None:
+    outcomes = [_outcome(Outcome.SKIPPED, "errors"), _outcome(Outcome.PASS, "equivalence"),
+                _outcome(Outcome.SKIPPED, "pin:p")]
+    report = _report(outcomes, forms=["lists"], compared=["a", "b"])
+    scope = next(line for line in _printed_report(report).splitlines()
+                 if line.startswith("scope:"))
+    assert scope == "scope: input forms lists; outputs compared: a, b only; skipped: errors, pin:p"
