@@ -1468,7 +1468,9 @@ def test_a_new_divergences_traces_are_of_its_failing_input_and_whole_message(
         stats.examples += 3
         stats.failing = failing
         stats.notes.append("a note of the search")
-        raise AssertionError("it differs")
+        err = AssertionError("it differs")
+        err.add_note("a note of the failure")
+        raise err
 
     def traces_to(info, check, case, detail):
         traced.append((info, check, case, detail))
@@ -1482,7 +1484,8 @@ def test_a_new_divergences_traces_are_of_its_failing_input_and_whole_message(
     assert "it differs" in outcome.detail and "a note of the search" not in outcome.detail
     ((info, check, case, detail),) = traced
     assert info is registry.get(RECORD) and check == "equivalence" and case is failing
-    assert detail == "\n".join([outcome.detail, *outcome.notes])
+    assert outcome.notes == ["a note of the failure"]
+    assert detail == f"{outcome.detail}\na note of the failure"
     assert outcome.examples == 3 and 0 <= outcome.seconds < 60
 
 

@@ -220,7 +220,7 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "`Failure.lines` reads neither the failure's kind nor its blob (the blob reaches "
                "the reader in the replay line, `replayer`): the lines are the same"),
     Equivalent(RUNNER, "traces_to", r"^default\) != default\)\):$",
-               r"^(None)?\) != default\)\)\):$",
+               r"^(None)?\) != default\)\):$",
                "`Call.of(case, info.reference)` binds the contract's signature, and `default` is "
                "that signature's own default for `layout` (`_layout_default`, not None here): "
                "`Call.arg` returns the contract's default before it would fall back to its "
@@ -276,4 +276,8 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r"derandomize=True, phases=\[Phase\.explicit, Phase\.generate\]",
                "Hypothesis' settings have no database under `derandomize=True`, whatever the "
                "parent profile names: dropping `database=None` beside it changes nothing"),
+    Equivalent(RUNNER, "completed", r"^out = out\.clone\(recurse=False\)$",
+               r"^out = out\.clone\(recurse=None\)$",
+               "`TensorDict.clone` reads `recurse` only for its truth: None is False, the "
+               "shallow copy that keeps the target's own tensors"),
 )
