@@ -24,6 +24,8 @@ SCOPE = "harness/adapters/scope.py"
 DERANDOMIZED_NO_DATABASE = ("derandomize=True implies database=None: Hypothesis drops a "
                             "profile's database itself (settings(derandomize=True).database is "
                             "None under any profile)")
+RUNNER = "harness/adapters/runner.py"
+TARGET = "harness/mutation/target.py"
 RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
              "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
@@ -286,4 +288,73 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "without a failure only the generate phase draws here: no @example (explicit), "
                "no database (reuse, derandomized), no target() call (target), and `collect` "
                "never raises (it passes over what the oracle raises): no shrink"),
+    # -------------------------------------------------------------- harness/adapters/runner.py
+    Equivalent(RUNNER, "CheckOutcome.lines",
+               r'^return Failure\("", self\.detail, self\.minimal, self\.blob, self\.notes\)'
+               r'\.lines\(replay\)$',
+               r'^return Failure\(((None|"XXXX"), self\.detail, self\.minimal, self\.blob|'
+               r'"", self\.detail, self\.minimal, None), self\.notes\)',
+               "`Failure.lines` reads neither the failure's kind nor its blob (the blob reaches "
+               "the reader in the replay line, `replayer`): the lines are the same"),
+    Equivalent(RUNNER, "traces_to", r"^default\) != default\)\):$",
+               r"^(None)?\) != default\)\):$",
+               "`Call.of(case, info.reference)` binds the contract's signature, and `default` is "
+               "that signature's own default for `layout` (`_layout_default`, not None here): "
+               "`Call.arg` returns the contract's default before it would fall back to its "
+               "`default` argument, so None or no fallback reads the same"),
+    Equivalent(RUNNER, "scope_hint",
+               r'^chosen = Adapter\(report\.adapter, "custom", report\.record, report\.target, '
+               r'wrap=lambda f: f\)$',
+               r'^chosen = Adapter\((None|report\.adapter), (None|"custom"|"XXcustomXX"|'
+               r'"CUSTOM"), report\.record, (None|report\.target), wrap=(None|lambda f: f|'
+               r'lambda f: None)\)$',
+               "the stand-in adapter is read only by `command_words`, which, given `scope`, "
+               "reads its `record` alone: its name, framework, target and wrapper are never read"),
+    Equivalent(RUNNER, "fitting",
+               r"made = \", \"\.join\(f\"\{a\.name\} \(\{a\.versions or 'any'\}\)\"",
+               r"a\.versions or '(XXanyXX|ANY)'",
+               "unreachable: an adapter without `versions` fits every version (`Adapter.fits`), "
+               "so the error that lists adapters none of which fits never lists one without them"),
+    Equivalent(RUNNER, "run_adapter",
+               r'^return failed\(str\(err\), misfit=f"cannot be imported: \{err\}"\)$',
+               r"^return failed\((None|str\(None\)), misfit=",
+               "given a misfit, `failed` makes no outcomes, and `why` is only an outcome's "
+               "detail: the report is the same"),
+    Equivalent(RUNNER, "fit_problem",
+               r"^probes \+= \[info\.example\] if info\.example is not None else \[\]$",
+               r"if \(info\.example is not None\) or True else",
+               "a record without an example gets the probe None, whose `call_of` fails (no "
+               "`args`) with an AttributeError: no signature's failure, passed over as every "
+               "other probe's failure is"),
+    Equivalent(RUNNER, "completed",
+               r"out\.set\(key, expected\.get\(key\)\.to\(out\.device\) if out\.device else "
+               r"expected\.get\(key\)\)",
+               r"(if \(out\.device\) (and False|or True) else|\.to\(None\) if out\.device)",
+               "CPU-equivalent: the oracle's tensors are on the CPU, and so is every output a CPU "
+               "run completes (`.to(None)` and `.to('cpu')` of a CPU tensor are that tensor); a "
+               "target on CUDA has its completed keys moved to its device, not run here"),
+    Equivalent(RUNNER, "print_report", r'else "left"\)$', r'else "(XXleftXX|LEFT)"\)$',
+               RICH_LEFT),  # both tables: `justify="right" if column in (...) else "left"`
+
+    # -------------------------------------------------------------- harness/mutation/target.py
+    Equivalent(TARGET, "prepare",
+               r'^"source_paths": \[top if source\.is_dir\(\) else str\(relative\)\],$',
+               r"top if \(source\.is_dir\(\)\) or True else",
+               "the module's top (`relative.parts[0]`) is a file only when the module is "
+               "top-level, and then its relative path is that one part: `top` is "
+               "`str(relative)`"),
+    Equivalent(TARGET, "main", r"(read_results\(workdir, \[str\(relative\)\], \[\], located=str\)|"
+               r"driver\.Report\(scope=\[str\(relative\)\], patterns=\[\],)",
+               r"(\[str\(relative\)\], None, located=str\)|patterns=None,)",
+               "no patterns: `read_results` filters only when `patterns` is truthy, and the "
+               "report's `patterns` is read by the driver's own runs, never by `print_report`"),
+    Equivalent(TARGET, "Target.settings",
+               r"derandomize=True, database=None,",
+               r"derandomize=True, phases=\[Phase\.explicit, Phase\.generate\]",
+               "Hypothesis' settings have no database under `derandomize=True`, whatever the "
+               "parent profile names: dropping `database=None` beside it changes nothing"),
+    Equivalent(RUNNER, "completed", r"^out = out\.clone\(recurse=False\)$",
+               r"^out = out\.clone\(recurse=None\)$",
+               "`TensorDict.clone` reads `recurse` only for its truth: None is False, the "
+               "shallow copy that keeps the target's own tensors"),
 )
