@@ -128,8 +128,20 @@ STAND_IN = Adapter(
     invalid=ONE_DEFECT)
 
 
+def _raises_on_every_input(call) -> bool:
+    raise TypeError(f"a planted predicate that raises on every input ({call.arg('k')!r})")
+
+
 def test_a_raising_predicate_is_batchproofs_failure_not_a_divergence() -> None:
-    report = check_adapter(STAND_IN, _verl_like, checks=["errors", "equivalence"],
+    """The predicate raises on the first bad input it is asked about, and the target raises
+    the contract's errors (the reference): nothing but the predicate can decide the outcome,
+    whatever the search draws first (with `_verl_like`, which diverges on k > n by an assert, the
+    outcome hung on whether such an input came before one that made the predicate raise: the
+    order of the suite decided it)."""
+    raising = dataclasses.replace(STAND_IN, known=(KnownDivergence(
+        "long", _raises_on_every_input, kind="errors", raises=AssertionError,
+        doc="a planted predicate that raises"),))
+    report = check_adapter(raising, karmarkar_karp, checks=["errors", "equivalence"],
                            max_examples=40, derandomize=True, replay_database=False)
     statuses = {o.check: o.status for o in report.outcomes}
     assert statuses["errors"] == "error", report.outcomes
