@@ -26,8 +26,8 @@ from batchproof.adapters.skyrl_megatron import (
     indices_adapter,
     local_slots,
 )
-from batchproof.registry import BadCase, Case
 from batchproof.reference import cp as contract
+from batchproof.registry import BadCase, Case
 
 
 def _row() -> TensorDict:
@@ -236,13 +236,18 @@ def test_the_bshd_fields_are_what_the_framework_returned() -> None:
 
 
 def test_a_dict_batch_reads_its_rows_from_the_fields() -> None:
-    batch = {"input_ids": torch.arange(8).reshape(2, 4), "note": "not a tensor"}
+    batch = {"input_ids": torch.arange(16).reshape(2, 8), "note": "not a tensor"}
     out = bshd_adapter(skyrl_tokens_on_rank)(batch, cp_size=2)
     assert out.batch_size == torch.Size([2, 2])
     assert set(out.keys()) == {"input_ids"}
     want = contract.shard_bshd(TensorDict({"input_ids": batch["input_ids"]}, batch_size=[2]),
                                cp_size=2)
     assert torch.equal(out["input_ids"], want["input_ids"])
+
+
+def test_a_tensordict_batch_keeps_its_rows_without_fields() -> None:
+    out = bshd_adapter(skyrl_tokens_on_rank)(TensorDict({}, batch_size=[3]), cp_size=2)
+    assert out.batch_size == torch.Size([2, 3]) and not list(out.keys())
 
 
 def test_an_empty_dict_batch_has_no_rows() -> None:

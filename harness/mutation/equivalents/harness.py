@@ -209,3 +209,16 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                r'\(\{r\.status\}\)", style="RED"\)$',
                "rich reads a colour's name case-insensitively: RED is the style red"),
 )
+
+# ------------------------------------------------------------ the framework adapters' conversion
+# modules (harness/adapters/<framework>.py; issue 39), on stand-ins of the frameworks' functions
+SKYRL_MEGATRON = "harness/adapters/skyrl_megatron.py"
+MEGATRON = "harness/adapters/megatron.py"
+LAYOUT_UNREAD = ("the candidate takes the contract's `layout` keyword and never reads it: its "
+                 "domain (`supports`) is zigzag calls only, the one layout the framework has, so "
+                 "the default is never read either")
+
+EQUIVALENT += (
+    Equivalent(SKYRL_MEGATRON, "*", r'layout="zigzag", cp_rank=None\):$',
+               r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+)
