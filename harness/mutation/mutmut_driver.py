@@ -168,6 +168,7 @@ HARNESS_KILLERS = {
     # the framework adapters' conversion modules (issue 39): in-process tests on stand-ins of
     # each framework's functions (the frameworks are not installed in the default venv)
     "adapters/skyrl_megatron": ["tests/test_conversion_skyrl_megatron.py"],
+    "adapters/megatron": ["tests/test_conversion_megatron.py"],
 }
 
 
