@@ -239,6 +239,14 @@ def test_a_non_tensor_entry_is_no_field() -> None:
     assert not attention_mask_field(_call({"attention_mask": "text"}, cp_size=2))
 
 
+def test_the_fields_after_a_non_tensor_entry_are_read() -> None:
+    batch = TensorDict({}, batch_size=[3])
+    batch.set_non_tensor("note", "text")
+    batch["attention_mask"] = torch.ones(3, 8)
+    assert list(batch.keys())[0] == "note"
+    assert attention_mask_field(_call(batch, cp_size=2))
+
+
 def test_an_attention_mask_split_over_ranks() -> None:
     batch = {**_batch(), "attention_mask": torch.ones(3, 8)}
     assert attention_mask_field(_call(batch, cp_size=2))

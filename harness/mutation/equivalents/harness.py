@@ -221,4 +221,14 @@ LAYOUT_UNREAD = ("the candidate takes the contract's `layout` keyword and never 
 EQUIVALENT += (
     Equivalent(SKYRL_MEGATRON, "*", r'layout="zigzag", cp_rank=None\):$',
                r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+    Equivalent(MEGATRON, "bshd_adapter", r'layout="zigzag", cp_rank=None\):$',
+               r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+    Equivalent(MEGATRON, "default_group",
+               r'tempfile\.mkdtemp\(prefix="batchproof-megatron-"\), "store"\)$',
+               r'tempfile\.mkdtemp\((prefix=None|prefix="XXbatchproof-megatron-XX"|prefix='
+               r'"BATCHPROOF-MEGATRON-"|)\), "(store|XXstoreXX|STORE)"\)$',
+               "the names of the rendezvous' fresh temporary folder and of the file gloo "
+               "creates in it: any name there is a new file no one else reads (tests/"
+               "test_conversion_megatron.py checks the folder is fresh and the file not yet "
+               "there)"),
 )
