@@ -225,8 +225,8 @@ EQUIVALENT += (
                r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
     Equivalent(MEGATRON, "default_group",
                r'tempfile\.mkdtemp\(prefix="batchproof-megatron-"\), "store"\)$',
-               r'tempfile\.mkdtemp\((prefix=None|prefix="XXbatchproof-megatron-XX"|prefix='
-               r'"BATCHPROOF-MEGATRON-"|)\), "(store|XXstoreXX|STORE)"\)$',
+               r'tempfile\.mkdtemp\((prefix=None|prefix="(XXbatchproof-megatron-XX|BATCHPROOF-'
+               r'MEGATRON-|batchproof-megatron-)"|)\), "(store|XXstoreXX|STORE)"\)$',
                "the names of the rendezvous' fresh temporary folder and of the file gloo "
                "creates in it: any name there is a new file no one else reads (tests/"
                "test_conversion_megatron.py checks the folder is fresh and the file not yet "
