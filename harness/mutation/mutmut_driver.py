@@ -169,6 +169,7 @@ HARNESS_KILLERS = {
     # each framework's functions (the frameworks are not installed in the default venv)
     "adapters/skyrl_megatron": ["tests/test_conversion_skyrl_megatron.py"],
     "adapters/megatron": ["tests/test_conversion_megatron.py"],
+    "adapters/verl_mcore": ["tests/test_conversion_verl_mcore.py"],
 }
 
 
