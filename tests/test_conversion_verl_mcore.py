@@ -45,8 +45,7 @@ from batchproof.adapters.verl_mcore import (
     replay_padded_cases,
     replay_targets,
     replayed_as_verl_pads,
-    shard_adapter,
-    thd_engine_adapter,
+    sharding_with,
     verl_padded_cases,
     verl_padded_row,
     verl_step,
@@ -214,6 +213,25 @@ def _row(cp_size: int = 2, layout: str = "zigzag") -> TensorDict:
     return td
 
 
+def shard_adapter(preprocess):
+    """`verl.cp_packed_seqs`' wrap, built here (the module's is built at import)."""
+    return sharding_with(verl_mcore.packed_seqs_slicer, local_boundaries=True)(preprocess)
+
+
+def thd_engine_adapter(preprocess):
+    """`verl.cp_thd_engine`'s wrap, built here."""
+    return sharding_with(verl_mcore.thd_engine_slicer, local_boundaries=False)(preprocess)
+
+
+def test_the_registered_wraps_are_the_sharding_ones(ranks) -> None:
+    for adapter, build in ((CP_PACKED_SEQS, shard_adapter), (THD_ENGINE, thd_engine_adapter)):
+        fake = verl_preprocess_packed_seqs if build is shard_adapter else (
+            verl_preprocess_thd_engine)
+        out, want = adapter.wrap(fake)(_row(2), cp_size=2), build(fake)(_row(2), cp_size=2)
+        assert set(out.keys()) == set(want.keys())
+        assert all(torch.equal(out[key], want[key]) for key in out.keys())
+
+
 @pytest.fixture
 def ranks(monkeypatch) -> None:
     monkeypatch.setattr(verl_mcore, "megatron_cp_rank", stand_in_cp_rank)
@@ -241,6 +259,17 @@ def test_the_thd_engine_is_verls_slice_of_every_field(ranks, layout: str) -> Non
     assert set(out.keys()) == fields  # labels and position_ids not compared
     for key in out.keys():
         assert torch.equal(out[key], want[key]), key
+
+
+def test_the_thd_engine_is_handed_the_contracts_default_layout(ranks) -> None:
+    layouts = []
+
+    def preprocess(nested, cp_layout):
+        layouts.append(cp_layout)
+        return verl_preprocess_thd_engine(nested, cp_layout=cp_layout)
+
+    thd_engine_adapter(preprocess)(_row(2), cp_size=2, cp_rank=0)
+    assert set(layouts) == {"zigzag"}
 
 
 def test_every_field_and_the_boundaries_are_verls_own(ranks) -> None:
@@ -275,12 +304,24 @@ def test_verls_padded_row_pads_each_span_to_the_step_with_zeros() -> None:
     assert row["cu_seqlens_padded"].tolist() == [0, 3, 6]
     assert row["cu_seqlens"].tolist() == [0, 2, 5]
     assert row["cu_seqlens"].dtype == row["cu_seqlens_padded"].dtype == torch.int32
+    assert row["input_ids"].dtype == torch.int64
     assert row.batch_size == torch.Size([])
+
+
+def _wide_last_span(**fields) -> TensorDict:
+    """A valid zigzag row for cp 2 whose last sequence (4 tokens) is padded to 8, not 4."""
+    row = TensorDict({"input_ids": torch.tensor([[1, 2, 3, 0, 4, 5, 6, 7, 0, 0, 0, 0]]),
+                      "cu_seqlens": torch.tensor([0, 3, 7], dtype=torch.int32),
+                      "cu_seqlens_padded": torch.tensor([0, 4, 12], dtype=torch.int32),
+                      **fields})
+    assert contract.shard(row, cp_size=2) is not None  # the contract's: valid
+    return row
 
 
 def test_verls_padding_is_the_domain() -> None:
     zigzag, both = padded_as_verl_pads(("zigzag",)), padded_as_verl_pads(("zigzag", "contiguous"))
     assert zigzag.__name__ == "padded_as_verl_pads_zigzag"
+    assert both.__qualname__ == "padded_as_verl_pads_zigzag_contiguous"
     assert zigzag(_call(_row(2), cp_size=2)) and zigzag(_call(_row(2), cp_size=2, layout="zigzag"))
     assert not zigzag(_call(_row(2, "contiguous"), cp_size=2, layout="contiguous"))
     assert both(_call(_row(2, "contiguous"), cp_size=2, layout="contiguous"))
@@ -288,6 +329,7 @@ def test_verls_padding_is_the_domain() -> None:
     assert not both(_call(_row(2), valid=False, cp_size=2))
     assert not both(_call(_row(2)["input_ids"], cp_size=2))
     assert not both(_call(_row(3), cp_size=2))  # padded for 3: spans of 6, not 4
+    assert not both(_call(_wide_last_span(), cp_size=2))
     contiguous = verl_padded_row(list(range(1, 8)), [0, 2, 7], 2)  # spans 2 and 6
     assert both(_call(contiguous, cp_size=2, layout="contiguous"))
     assert not both(_call(contiguous, cp_size=2))  # zigzag needs spans of 4
@@ -299,6 +341,10 @@ def test_a_nonzero_pad_in_a_compared_field_is_outside_the_domain() -> None:
         row = _row(2)
         row[key][0, 3] = 1  # the one pad (3 and 4 tokens in spans of 4)
         assert not supports(_call(row, cp_size=2)), key
+    last = contract.pad_for_cp([1, 2, 3, 4, 5, 6], [0, 3, 6], cp_size=2)
+    assert supports(_call(last, cp_size=2))
+    last["input_ids"][0, 7] = 1  # the last sequence's pad
+    assert not supports(_call(last, cp_size=2))
     row = _row(2)
     row["position_ids"][0, 3] = 5  # not compared: its pads are not verl's to fill
     assert supports(_call(row, cp_size=2))
@@ -444,6 +490,8 @@ def test_replay_is_supported_on_verl_padded_zigzag_rows_with_routes() -> None:
     assert not replayed_as_verl_pads(_call(_row(2), cp_size=2))  # no routes
     assert not replayed_as_verl_pads(_call(torch.zeros(1), cp_size=2))
     assert not replayed_as_verl_pads(_call(_replayed(3), cp_size=2))  # padded for another cp
+    wide = _wide_last_span(routed_experts=torch.zeros(1, 12, 1, 2, dtype=torch.int64))
+    assert not replayed_as_verl_pads(_call(wide, cp_size=2))
 
 
 def test_a_rank_holds_a_pad() -> None:

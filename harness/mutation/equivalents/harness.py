@@ -214,6 +214,7 @@ EQUIVALENT: tuple[Equivalent, ...] = (
 # modules (harness/adapters/<framework>.py; issue 39), on stand-ins of the frameworks' functions
 SKYRL_MEGATRON = "harness/adapters/skyrl_megatron.py"
 MEGATRON = "harness/adapters/megatron.py"
+VERL_MCORE = "harness/adapters/verl_mcore.py"
 LAYOUT_UNREAD = ("the candidate takes the contract's `layout` keyword and never reads it: its "
                  "domain (`supports`) is zigzag calls only, the one layout the framework has, so "
                  "the default is never read either")
@@ -231,4 +232,21 @@ EQUIVALENT += (
                "creates in it: any name there is a new file no one else reads (tests/"
                "test_conversion_megatron.py checks the folder is fresh and the file not yet "
                "there)"),
+    Equivalent(VERL_MCORE, "replay_data_adapter", r'layout="zigzag", cp_rank=None\):$',
+               r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+    Equivalent(VERL_MCORE, "replay_data_adapter", r"routes\.shape\[-2\]",
+               r"routes\.shape\[\+2\]",
+               "the routes verl replays are (1, Tp, layers, topk), pad_for_cp's form, which the "
+               "adapter's cases (replay_padded_cases) draw and a router's replay target needs "
+               "(n, topk) per layer: four dimensions, where shape[2] is shape[-2]"),
+    Equivalent(VERL_MCORE, "a_rank_holds_a_pad",
+               r'cp_op\.rank_positions\(cu_padded, cp_size, "zigzag", r\)',
+               r'cp_op\.rank_positions\(cu_padded, cp_size, (None|"XXzigzagXX"|"ZIGZAG"), r\)',
+               "ops.cp.rank_positions reads only whether the layout is 'contiguous': every "
+               "other value is the zigzag layout"),
+    Equivalent(VERL_MCORE, "as_nested", r"if real else field\[0, :0\]$",
+               r"if real else field\[0, :1\]$",
+               "there are no real values only when there are no sequences (cu_seqlens [0]), and "
+               "then the padded row has no positions (cu_seqlens_padded [0]): field[0, :1] is "
+               "as empty as field[0, :0]"),
 )
