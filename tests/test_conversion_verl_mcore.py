@@ -246,7 +246,7 @@ def test_packed_seqs_is_verls_slice_of_every_field(ranks, cp_size: int, cp_rank)
     assert out.batch_size == torch.Size([cp_size if cp_rank is None else 1])
     assert set(out.keys()) == {"input_ids", "loss_mask", "token_index", "cu_seqlens_padded"}
     for key in out.keys():
-        assert torch.equal(out[key], want[key]), key
+        assert torch.equal(out[key], want[key]) and out[key].dtype == want[key].dtype, key
 
 
 @pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
