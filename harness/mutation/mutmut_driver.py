@@ -170,6 +170,7 @@ HARNESS_KILLERS = {
     "adapters/skyrl_megatron": ["tests/test_conversion_skyrl_megatron.py"],
     "adapters/megatron": ["tests/test_conversion_megatron.py"],
     "adapters/verl_mcore": ["tests/test_conversion_verl_mcore.py"],
+    "adapters/openrlhf": ["tests/test_conversion_openrlhf.py"],
 }
 
 
