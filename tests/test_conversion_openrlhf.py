@@ -127,6 +127,8 @@ def test_the_module_is_imported_with_the_stand_in(monkeypatch, no_extension) -> 
 def test_a_segment_starts_at_every_position_id_0() -> None:
     cu, longest = packed_segments(torch.tensor([[0, 1, 2, 0, 1, 0]]))
     assert cu.tolist() == [0, 3, 5, 6] and cu.dtype == torch.int32 and longest == 3
+    cu, longest = packed_segments(torch.tensor([[0, 1, 2]]))
+    assert cu.tolist() == [0, 3] and longest == 3
     cu, longest = packed_segments(torch.tensor([[0, 0, 1, 2, 3]]))
     assert cu.tolist() == [0, 1, 5] and longest == 4
 
@@ -208,6 +210,8 @@ def test_an_empty_row() -> None:
     assert not has_empty_row(_unpad_call(MASK, MASK.tolist()))
     assert has_empty_row(_unpad_call(MASK, torch.tensor([[1, 1], [2, 0], [0, 0]])))
     assert not has_empty_row(_unpad_call(MASK, torch.tensor([[0, 2], [1, -1]])))
+    assert has_empty_row(_unpad_call(MASK, torch.tensor([[0, 0]])))  # one row
+    assert has_empty_row(_unpad_call(MASK, torch.zeros(2, 0, dtype=torch.int64)))  # S = 0
 
 
 def test_an_empty_batch() -> None:
@@ -241,6 +245,7 @@ def test_mask_types_and_shapes() -> None:
 def test_shapes_that_differ() -> None:
     assert shapes_differ(_unpad_call(torch.zeros(4, 3), MASK))
     assert shapes_differ(_unpad_call(torch.zeros(3, 4), MASK))
+    assert shapes_differ(_unpad_call(torch.zeros(2, 3), MASK[:1]))
     assert not shapes_differ(_unpad_call(torch.zeros(3, 3), MASK))
     assert not shapes_differ(_unpad_call(torch.zeros(3, 3, 1), MASK))
     assert not shapes_differ(_unpad_call(torch.zeros(3, 3), MASK[0]))
@@ -346,7 +351,7 @@ def test_malformed_indices() -> None:
     assert not indices_malformed(_repad_call(VALUES, INDICES))
     assert indices_malformed(_repad_call(VALUES, torch.tensor([0, 4, 6])))  # batch * seqlen
     assert indices_malformed(_repad_call(VALUES, torch.tensor([-1, 4, 5])))
-    assert not indices_malformed(_repad_call(VALUES, torch.tensor([0, 4, 6]), 2, 3.5))
+    assert not indices_malformed(_repad_call(VALUES, torch.tensor([0, 4, 6]), 2, 2.5))
     assert not indices_malformed(_repad_call(VALUES, torch.tensor([0, 4, 6]), 2.5, 3))
     assert indices_malformed(_repad_call(VALUES, INDICES.float()))
     assert indices_malformed(_repad_call(VALUES, INDICES[None]))

@@ -215,6 +215,7 @@ EQUIVALENT: tuple[Equivalent, ...] = (
 SKYRL_MEGATRON = "harness/adapters/skyrl_megatron.py"
 MEGATRON = "harness/adapters/megatron.py"
 VERL_MCORE = "harness/adapters/verl_mcore.py"
+OPENRLHF = "harness/adapters/openrlhf.py"
 LAYOUT_UNREAD = ("the candidate takes the contract's `layout` keyword and never reads it: its "
                  "domain (`supports`) is zigzag calls only, the one layout the framework has, so "
                  "the default is never read either")
@@ -249,4 +250,16 @@ EQUIVALENT += (
                "there are no real values only when there are no sequences (cu_seqlens [0]), and "
                "then the padded row has no positions (cu_seqlens_padded [0]): field[0, :1] is "
                "as empty as field[0, :0]"),
+    Equivalent(OPENRLHF, "equal_size_not_divisible",
+               r"and 1 <= k <= len\(values\) and len\(values\) % k != 0\)$",
+               r"and (2 <= k <= len|1 < k <= len|1 <= k < len)\(values\) and len\(values\) "
+               r"% k != 0\)$",
+               "n % 1 and n % n are 0: k = 1 and k = n are never 'not divisible', so the range's "
+               "bounds decide nothing there"),
+    Equivalent(OPENRLHF, "packed_segments", r"torch\.tensor\(\[flat\.numel\(\)\], "
+               r"device=flat\.device\)", r"torch\.tensor\(\[flat\.numel\(\)\], "
+               r"(device=None)?\)",
+               "CPU-equivalent: the row's end is made on the default device, the CPU, where "
+               "OpenRLHF's position ids are on every run here; position ids on a GPU would need "
+               "it there (the adapter's devices are the CPU only)"),
 )
