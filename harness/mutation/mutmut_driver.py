@@ -171,6 +171,7 @@ HARNESS_KILLERS = {
     "adapters/megatron": ["tests/test_conversion_megatron.py"],
     "adapters/verl_mcore": ["tests/test_conversion_verl_mcore.py"],
     "adapters/openrlhf": ["tests/test_conversion_openrlhf.py"],
+    "adapters/trl": ["tests/test_conversion_trl.py"],
 }
 
 
