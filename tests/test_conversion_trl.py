@@ -50,7 +50,7 @@ from batchproof.adapters.trl import (
 from batchproof.reference.rl_batch import build_rl_batch
 from batchproof.reference.sft import ffd_bins
 from batchproof.reference.varlen import pack_varlen
-from batchproof.registry import Case
+from batchproof.registry import BadCase, Case
 
 PROMPTS, RESPONSES = [[1, 2], [], [3]], [[4], [], [5, 6]]
 
@@ -106,13 +106,45 @@ def test_the_collators_row_is_the_contracts(recorder, packed: bool, multiple: in
                         else [_example(p, r) for p, r in zip(PROMPTS, RESPONSES)])
 
 
+def test_the_defaults_are_the_contracts(recorder) -> None:
+    padding_free_adapter(recorder)(PROMPTS, RESPONSES)
+    built, examples = recorder.built
+    assert built == {"pad_token_id": 0, "padding_free": True, "pad_to_multiple_of": 1}
+    assert examples == [_example(p, r) for p, r in zip(PROMPTS, RESPONSES)]  # not packed
+
+
+def test_a_one_token_sample_is_a_sample() -> None:
+    prompts, responses = [[7], [1]], [[], [2]]
+    out = padding_free_adapter(TrlLanguageModelingCollator)(prompts, responses)
+    assert out["sample_index"].tolist() == [1]
+    assert torch.equal(out["sample_index"], pack_varlen(prompts, responses)["sample_index"])
+
+
+def test_no_token_at_all_has_int64_samples() -> None:
+    out = padding_free_adapter(TrlLanguageModelingCollator)([[]], [[]])
+    assert out["sample_index"].dtype == torch.int64 and out["sample_index"].numel() == 0
+
+
+def test_a_segment_beyond_the_samples_is_no_sample() -> None:
+    """A collator naming segments past the samples: their targets belong to no sample (-1)."""
+    class Beyond(TrlLanguageModelingCollator):
+        def __call__(self, examples):
+            out = super().__call__(examples)
+            return {**out, "seq_idx": out["seq_idx"] + 5}
+
+    for prompts, responses in (([[1]], [[2, 3]]), (PROMPTS, RESPONSES)):
+        out = padding_free_adapter(Beyond)(prompts, responses)
+        assert set(out["sample_index"].tolist()) == {-1}
+
+
 def test_the_packed_adapter_packs(recorder) -> None:
     trl.packed_adapter(recorder)(PROMPTS, RESPONSES)
     assert recorder.built[1] == _packed_examples(PROMPTS, RESPONSES)
 
 
 def test_no_device_argument() -> None:
-    with pytest.raises(NotImplementedError, match="no device argument"):
+    with pytest.raises(NotImplementedError,
+                       match="^the collator builds CPU tensors; no device argument$"):
         padding_free_adapter(TrlLanguageModelingCollator)(PROMPTS, RESPONSES, device="cpu")
 
 
@@ -176,6 +208,14 @@ def test_empty_samples() -> None:
     assert not has_empty_sample(_pack([[1]], [[]])) and not some_samples_empty(_pack([[1]], [[]]))
     assert not all_samples_empty(_pack([], []))
     assert not has_empty_sample(_pack([[]], [[], []]))
+    assert not has_empty_sample(_pack([[1]], [[2]])) and not all_samples_empty(_pack([[1]], [[2]]))
+
+
+def test_bad_inputs_start_from_what_the_collators_take() -> None:
+    assert trl._starts_from_taken(BadCase(_pack([[1]], [[2]]), ValueError))
+    assert not trl._starts_from_taken(BadCase(_pack(), ValueError))
+    assert trl._starts_from_packable(BadCase(_pack(), ValueError))
+    assert not trl._starts_from_packable(BadCase(_pack([[]], [[]]), ValueError))
     assert not all_samples_empty(_pack([[]], [[], []]))
 
 
@@ -251,6 +291,7 @@ def test_without_tool_masks_the_loss_mask_is_the_completion_mask() -> None:
     out = grpo_pad_adapter(trl_pad)(GRPO_PROMPTS, GRPO_RESPONSES, pad_token_id=0,
                                     layout="two_segment")
     assert out["loss_mask"].tolist() == [[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+    assert out["loss_mask"].dtype == torch.float32
     assert "rollout_logprobs" not in out.keys()
 
 
@@ -258,8 +299,15 @@ def test_without_tool_masks_the_loss_mask_is_the_completion_mask() -> None:
                                     {"device": "cpu"}])
 def test_grpo_builds_two_segment_batches_only(kwargs) -> None:
     kwargs = {"layout": "two_segment", **kwargs}
-    with pytest.raises(NotImplementedError, match="two_segment"):
+    with pytest.raises(NotImplementedError,
+                       match=r"^GRPO pads prompts left and completions right \(two_segment\); "
+                             "rewards are per sample, not laid out$"):
         grpo_pad_adapter(trl_pad)(GRPO_PROMPTS, GRPO_RESPONSES, pad_token_id=0, **kwargs)
+
+
+def test_grpos_masks_are_int64_whatever_the_ids() -> None:
+    out = grpo_pad_adapter(trl_pad)([[1.0, 2.0]], [[3.0]], pad_token_id=0, layout="two_segment")
+    assert out["attention_mask"].dtype == out["response_mask"].dtype == torch.int64
 
 
 def test_the_left_layout_is_the_default_and_refused() -> None:
@@ -295,6 +343,10 @@ def test_the_grpo_domain() -> None:
     assert grpo_domain(_grpo(loss_masks=[[[1.0]], [[1.0]]]))
     assert not grpo_domain(_grpo(loss_masks=[[[1.0]] * 3] * 2))  # (2, 3, 1) against (2, 3)
     assert grpo_domain(_grpo([], []))
+    assert grpo_domain(_grpo([[1]], [[2]], loss_masks=[[1.0]]))  # one row
+    assert grpo_domain(_grpo(loss_masks=[[[1.0, 1.0]], [1.0]]))  # pad raises: TRL's
+    no_layout = Case((GRPO_PROMPTS, GRPO_RESPONSES), {"pad_token_id": 0})
+    assert not grpo_domain(no_layout)  # the contract's default layout: left
 
 
 def test_the_first_row_empty() -> None:
@@ -399,7 +451,7 @@ def test_bfd_bins_are_the_rows_segments_first_tokens(monkeypatch) -> None:
 
 @pytest.mark.parametrize("kwargs", [{"min_bins": 2}, {"bin_multiple": 2}])
 def test_bfd_has_no_bin_count_adjustment(kwargs) -> None:
-    with pytest.raises(NotImplementedError, match="bin-count"):
+    with pytest.raises(NotImplementedError, match="^BFD packing has no bin-count adjustment$"):
         bfd_bins_adapter(trl_pack_dataset)([1], 1, **kwargs)
 
 

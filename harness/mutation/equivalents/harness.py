@@ -216,6 +216,10 @@ SKYRL_MEGATRON = "harness/adapters/skyrl_megatron.py"
 MEGATRON = "harness/adapters/megatron.py"
 VERL_MCORE = "harness/adapters/verl_mcore.py"
 OPENRLHF = "harness/adapters/openrlhf.py"
+TRL = "harness/adapters/trl.py"
+KEYWORD_ONLY = ("the argument read here is keyword-only in the contract (default None), so a "
+                "Call built without the contract's signature finds it in the case's kwargs or "
+                "not at all, as the contract's Call does: the same value either way")
 LAYOUT_UNREAD = ("the candidate takes the contract's `layout` keyword and never reads it: its "
                  "domain (`supports`) is zigzag calls only, the one layout the framework has, so "
                  "the default is never read either")
@@ -262,4 +266,52 @@ EQUIVALENT += (
                "CPU-equivalent: the row's end is made on the default device, the CPU, where "
                "OpenRLHF's position ids are on every run here; position ids on a GPU would need "
                "it there (the adapter's devices are the CPU only)"),
+    Equivalent(TRL, "_call", r"return case if isinstance\(case, Call\) else Call\.of",
+               r"if \(isinstance\(case, Call\)\) and False else Call\.of",
+               "Call.of returns a Call it is given as it is"),
+    Equivalent(TRL, "_multiple", r"_call\(case, pack_contract\)", r"_call\(case, None\)",
+               "pad_to_multiple is keyword-only: without the contract's signature a case that "
+               "does not pass it reads None instead of the default 1, and both mean no tail pad "
+               "(_pad_length) and no bad multiple (bad_multiple)"),
+    Equivalent(TRL, "bad_pad_token_id", r"_call\(case, pack_contract\)", r"_call\(case, None\)",
+               "pad_token_id is keyword-only: without the contract's signature a case that does "
+               "not pass it reads None instead of the default 0, and both are not 'bad' (None is "
+               "left to torch's TypeError, the contract's type)"),
+    Equivalent(TRL, "grpo_composable", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
+               KEYWORD_ONLY),
+    Equivalent(TRL, "_per_token_rows", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
+               KEYWORD_ONLY),
+    Equivalent(TRL, "_none_as_nan", r'float\("nan"\)', r'float\("NAN"\)',
+               "float() reads 'NAN' as it reads 'nan'"),
+    Equivalent(TRL, "_pad_length", r"or multiple < 1:$", r"or multiple (<= 1|< 2):$",
+               "a multiple of 1 pads nothing (-total % 1 == 0): returning 0 for it early is the "
+               "same"),
+    Equivalent(TRL, "_pad_length", r"^return 0$", r"^return 1$",
+               "the pad length is read only by tail_pad_split, which asks for 2 or more: 0 and "
+               "1 both say no"),
+    Equivalent(TRL, "_total", r"^return 0 if samples is None else sum",
+               r"^return (0 if \(samples is None\) and False|1 if samples is None) else sum",
+               "its callers (bad_multiple, tail_pad_split through _pad_length) read it only "
+               "after _samples found samples: the None branch is never taken"),
+    Equivalent(TRL, "grpo_composable", r"default=0\)$", r"default=(None|1)\)$",
+               "with no responses the batch is 0, every per-token argument must then be an "
+               "empty list, and _tool_mask_broadcasts returns before it reads the width"),
+    Equivalent(TRL, "grpo_pad_adapter", r'layout="left", max_seq_len=None, device=None$',
+               r'layout="(XXleftXX|LEFT)", max_seq_len=None, device=None$',
+               "every layout but two_segment is refused with the same NotImplementedError: the "
+               "default's value, any other than two_segment, is never read otherwise"),
+    Equivalent(TRL, "grpo_pad_adapter",
+               r'padding_value=0(\.0)?, padding_side="(left|right)"\)$',
+               r'^(?!.*padding_value).*padding_side="(left|right)"\)$',
+               "trl.trainer.utils.pad's padding_value defaults to 0 (the masks' and the "
+               "logprobs' pad: torch.full casts it to the rows' dtype)"),
+    Equivalent(TRL, "grpo_pad_adapter", r'padding_side="right"\)$',
+               r'^(?!.*padding_side).*\)$',
+               "trl.trainer.utils.pad's padding_side defaults to 'right'"),
+    Equivalent(TRL, "padding_free_adapter", r"\(int\(segments\.max\(\)\) \+ 1 if segments",
+               r"\(int\(segments\.max\(\)\) \+ 2 if segments",
+               "one more -1 after the samples' owners: only segments up to the largest are read"),
+    Equivalent(TRL, "padding_free_adapter", r"^else 0\), dtype=torch\.int64\)$",
+               r"^else 1\), dtype=torch\.int64\)$",
+               "with no target there is no segment to read: one -1 more is never read"),
 )
