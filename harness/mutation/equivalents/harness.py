@@ -281,6 +281,10 @@ EQUIVALENT += (
                KEYWORD_ONLY),
     Equivalent(TRL, "_per_token_rows", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
                KEYWORD_ONLY),
+    Equivalent(TRL, "grpo_domain", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
+               "layout, rewards and device are keyword-only: without the contract's signature a "
+               "case that does not pass layout reads None instead of the default 'left', and "
+               "neither is two_segment (rewards and device default to None either way)"),
     Equivalent(TRL, "_none_as_nan", r'float\("nan"\)', r'float\("NAN"\)',
                "float() reads 'NAN' as it reads 'nan'"),
     Equivalent(TRL, "_pad_length", r"or multiple < 1:$", r"or multiple (<= 1|< 2):$",
