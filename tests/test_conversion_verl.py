@@ -361,3 +361,68 @@ def test_a_nested_batch_hands_verl_its_max_response_len_on_a_copy() -> None:
     assert data is not nested and "max_response_len" not in nested.keys()
     assert data.get_non_tensor("max_response_len") == nesting.stash_of(nested)[
         "max_response_length"]
+
+
+def test_a_sub_tensordict_is_no_dense_tensor() -> None:
+    td = _dense()
+    td["sub"] = TensorDict({"x": torch.zeros(2, 1)}, batch_size=[2])
+    assert verl._dense_tensor(td, "sub") is None
+
+
+def test_a_transposed_jagged_tensor_keeps_its_ragged_dimension() -> None:
+    values = torch.arange(12).reshape(6, 2)
+    int32 = torch.nested.nested_tensor_from_jagged(values, offsets=torch.tensor([0, 2, 6]).int(),
+                                                   jagged_dim=2)
+    long = verl._int64_offsets(int32)
+    assert long._ragged_idx == 2 and long.offsets().dtype == torch.int64  # noqa: SLF001
+
+
+def _nested_with_dense_mask(mask: torch.Tensor) -> TensorDict:
+    """A nested batch (made by nest_by_mask) holding, against its form, a dense attention_mask."""
+    nested = nesting.nest_by_mask(_dense(), pad_token_id=0)
+    nested["attention_mask"] = mask
+    return nested
+
+
+def test_a_nested_batchs_masks_are_not_read_as_dense() -> None:
+    two = _nested_with_dense_mask(torch.full((2, 4), 2))
+    assert not verl.mask_not_binary(_nest(two))
+    flat = _nested_with_dense_mask(torch.ones(2))
+    for key in ("input_ids", "response_mask", "position_ids"):
+        assert key in flat.keys()
+    assert not verl.attention_mask_1d(_nest(flat))
+    positioned = _nested_with_dense_mask(torch.ones(2, 4))
+    positioned["position_ids_3d"] = torch.zeros(2, 2, 4)
+    assert verl._multi_axis_row_lengths(_nest(positioned)) is None
+
+
+def test_multi_axis_needs_both_the_mask_and_the_positions() -> None:
+    td = _multi_axis([1, 2])
+    assert verl._multi_axis_row_lengths(_nest(td.exclude("position_ids"))) is None
+    assert verl._multi_axis_row_lengths(_nest(td.exclude("attention_mask"))) is None
+    assert verl._multi_axis_row_lengths(_nest(td)) == [1, 2]
+
+
+def test_multi_axis_equal_rows_at_their_bounds() -> None:
+    assert verl.multi_axis_equal_rows(_nest(_multi_axis([3])))  # one row
+    wide = _multi_axis([2, 2])  # n == C == 2, but positions 3 wide against a mask of 2
+    wide["position_ids"] = torch.zeros(2, 2, 3, dtype=torch.int64)
+    assert verl.multi_axis_equal_rows(_nest(wide))
+    symmetric = [[0, 1, 5], [1, 0, 5]]
+    mask = torch.tensor([[1, 1, 0]] * 3)
+    td = TensorDict({"input_ids": torch.zeros_like(mask), "attention_mask": mask,
+                     "response_mask": mask,
+                     "position_ids": torch.tensor([symmetric] * 3)}, batch_size=[3])
+    assert not verl.multi_axis_equal_rows(_nest(td))  # n == C, S == 3: symmetric blocks
+    td["position_ids"][2, 0, 1] = 7  # the third row's block (B = 3 > C = 2) not symmetric
+    assert verl.multi_axis_equal_rows(_nest(td))
+
+
+def test_a_non_batch_is_handed_to_verl_as_it_is() -> None:
+    given = ["not a batch"]
+    assert no_padding_adapter(lambda data: data)(given) is given
+
+
+def test_verl_cannot_nest_a_field_a_rule_reroutes() -> None:
+    assert not verl.verl_can_nest(_nest(_dense(), rules={"input_ids": ("response_mask", 0)}))
+    assert verl.verl_can_nest(_nest(_dense(), rules={"loss_mask": ("response_mask", 0)}))

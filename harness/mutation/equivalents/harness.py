@@ -217,6 +217,7 @@ MEGATRON = "harness/adapters/megatron.py"
 VERL_MCORE = "harness/adapters/verl_mcore.py"
 OPENRLHF = "harness/adapters/openrlhf.py"
 TRL = "harness/adapters/trl.py"
+VERL = "harness/adapters/verl.py"
 KEYWORD_ONLY = ("the argument read here is keyword-only in the contract (default None), so a "
                 "Call built without the contract's signature finds it in the case's kwargs or "
                 "not at all, as the contract's Call does: the same value either way")
@@ -318,4 +319,12 @@ EQUIVALENT += (
     Equivalent(TRL, "padding_free_adapter", r"^else 0\), dtype=torch\.int64\)$",
                r"^else 1\), dtype=torch\.int64\)$",
                "with no target there is no segment to read: one -1 more is never read"),
+    Equivalent(VERL, "equal_size_not_divisible", r"and k > 0 and len\(values\) % k != 0\)$",
+               r"and k > 1 and len\(values\) % k != 0\)$",
+               "n % 1 is 0: k = 1 is never 'not divisible', so k > 0 and k > 1 agree"),
+    Equivalent(VERL, "micro_checked_by_assert",
+               r"_int\(group\) and group > 0 and len\(lengths\) % group != 0\)$",
+               r"_int\(group\) and group > 1 and len\(lengths\) % group != 0\)$",
+               "n % 1 is 0: a group size of 1 never leaves a remainder, so group > 0 and "
+               "group > 1 agree"),
 )
