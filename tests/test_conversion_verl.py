@@ -13,6 +13,7 @@ their docs name.
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -426,3 +427,159 @@ def test_a_non_batch_is_handed_to_verl_as_it_is() -> None:
 def test_verl_cannot_nest_a_field_a_rule_reroutes() -> None:
     assert not verl.verl_can_nest(_nest(_dense(), rules={"input_ids": ("response_mask", 0)}))
     assert verl.verl_can_nest(_nest(_dense(), rules={"loss_mask": ("response_mask", 0)}))
+
+
+# --------------------------------------------------------------------------- extract predicates
+
+
+def _verl_batch(**fields) -> TensorDict:
+    """A verl batch: prompts (2 and 1 real tokens, left-padded to 3), responses (1 and 2,
+    right-padded to 2), their attention mask."""
+    td = TensorDict({
+        "prompts": torch.tensor([[0, 1, 2], [0, 0, 3]]),
+        "responses": torch.tensor([[4, 0], [5, 6]]),
+        "input_ids": torch.tensor([[0, 1, 2, 4, 0], [0, 0, 3, 5, 6]]),
+        "attention_mask": torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]]),
+        "response_mask": torch.tensor([[1, 0], [1, 1]]),
+        "position_ids": torch.tensor([[0, 0, 1, 2, 2], [0, 0, 0, 1, 2]])}, batch_size=[2])
+    for key, value in fields.items():
+        td[key] = value
+    return td
+
+
+def _extract(td, output=None) -> Call:
+    args = (td,) if output is None else (td, output)
+    return Call.of(Case(args), nesting.extract_response)
+
+
+def test_the_segment_lengths_of_dense_and_nested_batches() -> None:
+    assert verl._segment_lengths(_verl_batch()) == ([2, 1], [1, 2], 2, 2)
+    nested = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    assert verl._segment_lengths(nested) == ([2, 1], [1, 2], 2, 2)
+    assert verl._segment_lengths(_verl_batch().exclude("attention_mask")) is None
+    assert verl._segment_lengths(torch.zeros(2)) is None
+    assert verl._segment_lengths(_verl_batch(attention_mask=torch.ones(2))) is None
+    bools = _verl_batch()
+    bools["attention_mask"] = bools["attention_mask"].bool()
+    assert verl._segment_lengths(bools) == ([2, 1], [1, 2], 2, 2)
+
+
+def test_verl_extracts_from_batches_with_prompts_and_responses() -> None:
+    assert verl.verl_can_extract(_extract(_verl_batch(), torch.zeros(6)))
+    assert verl.verl_can_extract(_extract(nesting.nest_by_mask(_verl_batch(), pad_token_id=0)))
+    assert not verl.verl_can_extract(_extract(_verl_batch().exclude("responses")))
+    assert not verl.verl_can_extract(_extract(_verl_batch().exclude("prompts")))
+    assert not verl.verl_can_extract(_extract(torch.zeros(2)))
+    assert verl.verl_can_extract(_extract(_verl_batch().exclude("attention_mask")))
+    wider = _verl_batch()
+    wider.set_non_tensor("max_response_length", 3)  # R = 3 against 2 response columns
+    assert not verl.verl_can_extract(_extract(wider))
+
+
+def test_a_nested_response_beyond_r() -> None:
+    nested = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    nesting.stash_of(nested)["max_response_length"] = 1  # a response of 2 against R = 1
+    assert verl.verl_can_extract(_extract(nested))
+    assert verl.response_beyond_max_response_len(_extract(nested))
+    assert not verl.response_beyond_max_response_len(_extract(nesting.nest_by_mask(
+        _verl_batch(), pad_token_id=0)))
+    assert not verl.response_beyond_max_response_len(_extract(_verl_batch()))
+
+
+def test_an_empty_prompt() -> None:
+    empty = _verl_batch(attention_mask=torch.tensor([[0, 0, 0, 1, 0], [0, 0, 1, 1, 1]]))
+    assert verl.empty_prompt(_extract(empty)) and not verl.empty_prompt(_extract(_verl_batch()))
+    assert not verl.empty_prompt(_extract(torch.zeros(2)))
+
+
+def test_a_float_attention_mask() -> None:
+    floats = _verl_batch()
+    floats["attention_mask"] = floats["attention_mask"].float()
+    assert verl.float_attention_mask(_extract(floats))
+    assert not verl.float_attention_mask(_extract(_verl_batch()))
+    assert verl.float_attention_mask(_extract(nesting.nest_by_mask(floats, pad_token_id=0)))
+    assert not verl.float_attention_mask(_extract(nesting.nest_by_mask(_verl_batch(),
+                                                                       pad_token_id=0)))
+    broken = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    del nesting.stash_of(broken)["masks"]["attention_mask"]
+    assert not verl.float_attention_mask(_extract(broken))
+    odd = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    nesting.stash_of(odd)["masks"]["attention_mask"]["dtype"] = "float32"
+    assert not verl.float_attention_mask(_extract(odd))
+    assert not verl.float_attention_mask(_extract(_verl_batch().exclude("attention_mask")))
+
+
+def test_no_attention_mask() -> None:
+    bare = _verl_batch().exclude("attention_mask")
+    assert verl.no_attention_mask(_extract(bare, torch.zeros(6)))
+    assert not verl.no_attention_mask(_extract(bare, [0.0] * 6))
+    assert not verl.no_attention_mask(_extract(_verl_batch(), torch.zeros(6)))
+    assert not verl.no_attention_mask(_extract(bare.exclude("prompts"), torch.zeros(6)))
+    assert not verl.no_attention_mask(_extract(torch.zeros(2), torch.zeros(6)))
+    nested = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    assert not verl.no_attention_mask(_extract(nested, torch.zeros(6)))
+
+
+def test_the_output_argument() -> None:
+    assert verl.output_not_a_tensor(_extract(_verl_batch(), [0.0]))
+    assert not verl.output_not_a_tensor(_extract(_verl_batch(), torch.zeros(6)))
+    assert not verl.output_not_a_tensor(_extract(_verl_batch()))  # no output given
+    assert verl._output(_extract(_verl_batch(), "out")) == "out"
+
+
+def _strided(*lengths: int) -> torch.Tensor:
+    """A strided (not jagged) nested tensor, without torch's prototype warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.nested.nested_tensor([torch.zeros(n) for n in lengths])
+
+
+def test_a_strided_nested_output() -> None:
+    strided = _strided(3, 3)
+    jagged = torch.nested.nested_tensor([torch.zeros(3), torch.zeros(3)], layout=torch.jagged)
+    assert verl.strided_output(_extract(_verl_batch(), strided))
+    assert not verl.strided_output(_extract(_verl_batch(), jagged))
+    assert not verl.strided_output(_extract(_verl_batch(), torch.zeros(6)))
+    floats = _verl_batch()
+    floats["attention_mask"] = floats["attention_mask"].float()
+    assert not verl.strided_output(_extract(floats, strided))
+    nested = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    assert verl.strided_output(_extract(nested, strided))
+
+
+def test_output_rows_that_differ_from_the_batch() -> None:
+    batch = _verl_batch()  # 3 and 3 real tokens
+    assert not verl.output_rows_mismatch(_extract(batch, torch.zeros(6)))
+    assert verl.output_rows_mismatch(_extract(batch, torch.zeros(5)))
+    assert verl.output_rows_mismatch(_extract(batch, torch.tensor(1.0)))
+    assert not verl.output_rows_mismatch(_extract(batch, torch.zeros(6, device="meta")))
+    assert not verl.output_rows_mismatch(_extract(batch, [0.0] * 5))
+    assert not verl.output_rows_mismatch(_extract(torch.zeros(2), torch.zeros(5)))
+    same = torch.nested.nested_tensor([torch.zeros(3), torch.zeros(3)], layout=torch.jagged)
+    other = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(4)], layout=torch.jagged)
+    assert not verl.output_rows_mismatch(_extract(batch, same))
+    assert verl.output_rows_mismatch(_extract(batch, other))
+    strided = _strided(2, 4)
+    assert not verl.output_rows_mismatch(_extract(batch, strided))
+    uneven = _verl_batch(attention_mask=torch.tensor([[0, 1, 1, 1, 1], [0, 0, 1, 1, 0]]))
+    assert verl.output_rows_mismatch(_extract(uneven, same))  # 4 and 2 real tokens
+    assert not verl.output_rows_mismatch(_extract(uneven, torch.zeros(6)))
+
+
+def _bad_nest(td, **kwargs) -> Call:
+    return Call.of(BadCase(Case((td,), kwargs), ValueError), nesting.nest_by_mask)
+
+
+def test_a_defect_in_a_field_verl_never_reads() -> None:
+    unread = _dense()
+    unread["prompts"] = torch.zeros(2, 7, 3)  # a field verl neither reads nor nests
+    assert verl.defect_in_unread_fields(_bad_nest(unread, pad_token_id=0))
+    assert not verl.defect_in_unread_fields(_nest(unread, pad_token_id=0))  # valid: no defect
+    read = _dense()
+    read["attention_mask"][0, 0] = 2
+    assert not verl.defect_in_unread_fields(_bad_nest(read, pad_token_id=0))
+    assert not verl.defect_in_unread_fields(_bad_nest(unread.exclude("response_mask"),
+                                                      pad_token_id=0))
+    assert not verl.defect_in_unread_fields(_bad_nest(torch.zeros(2)))
+    nested = nesting.nest_by_mask(_dense(), pad_token_id=0)
+    assert not verl.defect_in_unread_fields(_bad_nest(nested))
