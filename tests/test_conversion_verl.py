@@ -393,8 +393,14 @@ def test_a_nested_batchs_masks_are_not_read_as_dense() -> None:
         assert key in flat.keys()
     assert not verl.attention_mask_1d(_nest(flat))
     positioned = _nested_with_dense_mask(torch.ones(2, 4))
-    positioned["position_ids_3d"] = torch.zeros(2, 2, 4)
+    positioned["position_ids"] = torch.zeros(2, 2, 4)
     assert verl._multi_axis_row_lengths(_nest(positioned)) is None
+    strided = _strided(3, 3)
+    floats = _nested_with_dense_mask(torch.ones(2, 4))
+    assert verl.strided_output(_extract(floats, strided))  # its dense float mask not read
+    dense_prompts = nesting.nest_by_mask(_verl_batch(), pad_token_id=0)
+    dense_prompts["prompts"] = _verl_batch()["prompts"]
+    assert not verl.no_attention_mask(_extract(dense_prompts, torch.zeros(6)))
 
 
 def test_multi_axis_needs_both_the_mask_and_the_positions() -> None:
@@ -459,6 +465,9 @@ def test_the_segment_lengths_of_dense_and_nested_batches() -> None:
     assert verl._segment_lengths(_verl_batch().exclude("attention_mask")) is None
     assert verl._segment_lengths(torch.zeros(2)) is None
     assert verl._segment_lengths(_verl_batch(attention_mask=torch.ones(2))) is None
+    halves = _verl_batch(attention_mask=torch.tensor([[0, 1, 1, 0.5, 0], [0, 0, 1, 1, 1]]))
+    prompts, responses, _, _ = verl._segment_lengths(halves)
+    assert (prompts, responses) == ([2, 1], [0, 2]) and isinstance(responses[0], int)
     bools = _verl_batch()
     bools["attention_mask"] = bools["attention_mask"].bool()
     assert verl._segment_lengths(bools) == ([2, 1], [1, 2], 2, 2)
@@ -474,6 +483,12 @@ def test_verl_extracts_from_batches_with_prompts_and_responses() -> None:
     wider = _verl_batch()
     wider.set_non_tensor("max_response_length", 3)  # R = 3 against 2 response columns
     assert not verl.verl_can_extract(_extract(wider))
+    narrower = _verl_batch()
+    narrower.set_non_tensor("max_response_length", 1)  # dense: a response of 2 beyond R = 1
+    assert not verl.verl_can_extract(_extract(narrower))
+    only = TensorDict({"prompts": torch.zeros(2, 3), "responses": torch.zeros(2, 2)},
+                      batch_size=[2])
+    assert verl.verl_can_extract(_extract(only))  # the contract rejects it: verl must too
 
 
 def test_a_nested_response_beyond_r() -> None:

@@ -327,4 +327,10 @@ EQUIVALENT += (
                r"_int\(group\) and group > 1 and len\(lengths\) % group != 0\)$",
                "n % 1 is 0: a group size of 1 never leaves a remainder, so group > 0 and "
                "group > 1 agree"),
+    Equivalent(VERL, "_segment_lengths",
+               r"if attention is None or attention\.dim\(\) != 2 or None in \(prompt_width,",
+               r"if attention is None (or attention\.dim\(\) != 2 and|and attention\.dim\(\) "
+               r"!= 2 or) None in \(prompt_width,",
+               "a None or 1-D attention mask read on fails (None.to, a 1-D tensor indexed by two "
+               "axes) inside the try, whose except returns the same None"),
 )
