@@ -598,3 +598,16 @@ def test_a_defect_in_a_field_verl_never_reads() -> None:
     assert not verl.defect_in_unread_fields(_bad_nest(torch.zeros(2)))
     nested = nesting.nest_by_mask(_dense(), pad_token_id=0)
     assert not verl.defect_in_unread_fields(_bad_nest(nested))
+
+
+def test_a_nested_batch_of_no_rows_and_r_0() -> None:
+    empty = nesting.nest_by_mask(_verl_batch()[:0], pad_token_id=0)
+    nesting.stash_of(empty)["max_response_length"] = 0  # R = 0 against 2 response columns
+    assert not verl.verl_can_extract(_extract(empty))
+    assert not verl.response_beyond_max_response_len(_extract(empty))
+
+
+def test_a_nested_batchs_defect_is_not_in_unread_fields() -> None:
+    nested = _nested_with_dense_mask(torch.ones(2, 4, dtype=torch.int64))
+    assert all(key in nested.keys() for key in verl.VERL_REQUIRED)
+    assert not verl.defect_in_unread_fields(_bad_nest(nested))

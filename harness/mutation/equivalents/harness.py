@@ -333,4 +333,11 @@ EQUIVALENT += (
                r"!= 2 or) None in \(prompt_width,",
                "a None or 1-D attention mask read on fails (None.to, a 1-D tensor indexed by two "
                "axes) inside the try, whose except returns the same None"),
+    Equivalent(VERL, "defect_in_unread_fields", r"or _is_nested_batch\(td\)$",
+               r"or _is_nested_batch\(None\)$",
+               "a nested batch holding verl's four keys has them jagged (input_ids at least, "
+               "made by nest_by_mask), and the contract rejects a jagged field of a batch it is "
+               "to nest: the reduced batch is rejected too, and the predicate is False either "
+               "way (tests/test_conversion_verl.py::"
+               "test_a_nested_batchs_defect_is_not_in_unread_fields)"),
 )
