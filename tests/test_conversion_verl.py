@@ -1,6 +1,5 @@
 """The conversion code of `batchproof.adapters.verl` on stand-ins of verl's functions (issue 39:
-the killers of `mutate --mutmut --harness adapters/verl`; as first written, not yet at 100%:
-see docs/mutation.md).
+the killers of `mutate --mutmut --harness adapters/verl`).
 
 verl is not installed here: the adapters' wraps are handed the liveness stand-ins
 (`tests/liveness_stand_ins.py`) or small recording fakes, and asserted on what the module

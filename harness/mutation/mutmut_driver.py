@@ -172,7 +172,7 @@ HARNESS_KILLERS = {
     "adapters/verl_mcore": ["tests/test_conversion_verl_mcore.py"],
     "adapters/openrlhf": ["tests/test_conversion_openrlhf.py"],
     "adapters/trl": ["tests/test_conversion_trl.py"],
-    "adapters/verl": ["tests/test_conversion_verl.py"],  # first written: not yet at 100%
+    "adapters/verl": ["tests/test_conversion_verl.py"],
 }
 
 
