@@ -168,15 +168,8 @@ def replay_regimes(tokens: Callable[[Any], list[int]]) -> dict[str, Regime]:
     return {"routed_experts": lambda c: c.arg("routed_experts") is not None,
             "routes_partly_captured": partly_captured,
             "routes_uint8": lambda c: any(getattr(e, "dtype", None) in (torch.uint8, np.uint8)
-                                          for e in _route_entries(c)[:1]),
+                                          for e in _route_entries(c)),
             "sample_support": lambda c: c.arg("sample_support") is not None}
-
-
-def _loss_total(call) -> float | None:
-    values = [v for ex in call.rows("examples") or [] if isinstance(ex, Mapping)
-              for v in call.values(ex.get("loss_mask")) or []]
-    return math.fsum(values) if values and all(isinstance(v, (int, float)) for v in values) \
-        else None
 
 
 def _collate_sft() -> dict[str, Regime]:
@@ -209,25 +202,26 @@ def _pack_sft() -> dict[str, Regime]:
     from batchproof.reference import sft as oracle
 
     def config(call) -> tuple[int, int, int, bool, str]:
-        return (call.arg("dp_size", 1) or 1, call.arg("tp_size", 1) or 1,
-                call.arg("cp_size", 1) or 1, bool(call.arg("fp8", False)),
-                call.arg("fp8_recipe", "tensorwise"))
+        """The parallel sizes (None read as 1), fp8 and its recipe (the contract's defaults)."""
+        return (call.arg("dp_size") or 1, call.arg("tp_size") or 1, call.arg("cp_size") or 1,
+                bool(call.arg("fp8")), call.arg("fp8_recipe"))
 
     def align(call) -> int:
         _, tp, cp, fp8, recipe = config(call)
         return oracle.align_size(tp, cp, fp8=fp8, fp8_recipe=recipe)
 
+    def lengths(call) -> list[int]:
+        return [len(ex["input_ids"]) for ex in call.rows("examples") or []
+                if isinstance(ex, Mapping)]
+
     def every_slot_filled(call) -> bool:
-        lengths = [len(ex["input_ids"]) for ex in call.rows("examples") or []
-                   if isinstance(ex, Mapping)]
-        return align(call) > 1 and bool(lengths) and all(n % align(call) == 0 for n in lengths)
+        found = lengths(call)
+        return align(call) > 1 and bool(found) and all(n % align(call) == 0 for n in found)
 
     return {"dp_above_1": lambda c: config(c)[0] > 1, "tp_above_1": lambda c: config(c)[1] > 1,
             "cp_above_1": lambda c: config(c)[2] > 1, "fp8": lambda c: config(c)[3],
             "every_slot_filled": every_slot_filled,
-            "capacity_exact": lambda c: c.arg("capacity") == max(
-                (len(ex["input_ids"]) for ex in c.rows("examples") or []
-                 if isinstance(ex, Mapping)), default=-1)}
+            "capacity_exact": lambda c: bool(lengths(c)) and c.arg("capacity") == max(lengths(c))}
 
 
 def _micro_batches() -> dict[str, Regime]:

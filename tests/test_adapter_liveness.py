@@ -270,6 +270,9 @@ register_adapter(Adapter(
 def test_cli_liveness(tmp_path, monkeypatch, capsys, cli_state) -> None:
     from batchproof.cli import main
 
+    # batchproof's adapter modules imported before the copy: one imported into the copy would
+    # register there only, vanish with it, and leave every later test of the process without it
+    adapters.all_adapters()
     monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))
     code = main(["check", "--impl", "liveness_stand_ins:verl_partitions",
                  "--adapter", "verl.karmarkar_karp", "--liveness"])

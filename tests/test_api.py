@@ -285,6 +285,9 @@ def test_a_replay_line_names_what_a_fresh_process_needs_to_find_the_adapter(
     from batchproof import adapters
     from batchproof.api import render, replay_scope
 
+    # batchproof's adapter modules imported before the copy: one imported into the copy would
+    # register there only, vanish with it, and leave every later test of the process without it
+    adapters.all_adapters()
     monkeypatch.setattr(adapters, "_ADAPTERS", dict(adapters._ADAPTERS))
     monkeypatch.setattr(adapters, "_ORIGINS", dict(adapters._ORIGINS))
     monkeypatch.chdir(tmp_path)

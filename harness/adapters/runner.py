@@ -404,7 +404,6 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
                              framework=adapter.framework, scope=adapter.scope)
     tally = KnownTally()
     info = adapted_record(adapter, candidate, tally)
-    plain = dataclasses.replace(info, valid=base.valid, invalid=base.invalid, pins=base.pins)
     outcomes: list[CheckOutcome] = []
     run_names = set(info.check_names())
     search = dataclasses.replace(info, pins=[])
@@ -428,7 +427,7 @@ def check_adapter(adapter: Adapter, candidate: Candidate | None = None,
         elif check not in run_names:  # a pin set aside by `keep`
             try:
                 outcome.status, outcome.detail = _set_aside_pin(adapter, base, check,
-                                                                candidate, plain)
+                                                                candidate, info)
             except HarnessError as err:
                 outcome.status, outcome.detail = Outcome.ERROR, _error_text(err)
         else:
@@ -567,7 +566,8 @@ def _set_aside_pin(adapter: Adapter, info: OpInfo, check: str, candidate: Candid
                    plain: OpInfo) -> tuple[str, str]:
     """A pin whose input is outside the adapter's domain (skipped) or matched by a known
     divergence: `known` when the target diverged the way that divergence says, `new` when it
-    diverged another way, `pass` when it agreed with the contract."""
+    diverged another way, `pass` when it agreed with the contract. `info` has the record's pins;
+    `plain` is the record as the adapter meets it (its forms and comparator: `observe`)."""
     pin = next(p for p in info.pins if f"pin:{p.name}" == check)
     if missing := _forms_not_taken(pin, plain):
         return Outcome.SKIPPED, f"input in forms the target is not given ({', '.join(missing)})"

@@ -60,14 +60,16 @@ class Scope:
 
     @classmethod
     def of(cls, *, forms: Sequence[str] | None = None,
-           skip: Sequence[str] | Mapping[str, str] = (), not_provided: Sequence[str] = (),
-           layout: str | None = None, output_names: Sequence[str] | Mapping[str, str] = (),
-           adapter_files: Sequence[str] = (), checks: Sequence[str] | None = None) -> Scope:
+           skip: Sequence[str] | Mapping[str, str] | None = (),
+           not_provided: Sequence[str] | None = (),
+           layout: str | None = None,
+           output_names: Sequence[str] | Mapping[str, str] | None = (),
+           adapter_files: Sequence[str] | None = (), checks: Sequence[str] | None = None) -> Scope:
         """A scope from keyword values in any of the shapes the CLI and `batchproof.check`
-        take (lists or tuples; `skip` as names or {name: why}; `output_names` as pairs or
-        {theirs: contract})."""
+        take (lists or tuples, None for none; `skip` as names or {name: why}; `output_names`
+        as pairs or {theirs: contract})."""
         why = dict(skip) if isinstance(skip, Mapping) else {
-            name: "skipped by the caller" for name in skip}
+            name: "skipped by the caller" for name in skip or ()}
         pairs = ([f"{k}={v}" for k, v in output_names.items()]
                  if isinstance(output_names, Mapping) else list(output_names or ()))
         renames(pairs)  # validates the pairs
@@ -79,11 +81,11 @@ class Scope:
     @classmethod
     def from_args(cls, args: Any) -> Scope:
         """The scope `batchproof check` / `mutate --impl` was given on the command line."""
-        return cls.of(forms=getattr(args, "forms", None), skip=getattr(args, "skip", ()) or (),
-                      not_provided=getattr(args, "not_provided", ()) or (),
+        return cls.of(forms=getattr(args, "forms", None), skip=getattr(args, "skip", None),
+                      not_provided=getattr(args, "not_provided", None),
                       layout=getattr(args, "layout", None),
-                      output_names=getattr(args, "output_name", ()) or (),
-                      adapter_files=getattr(args, "adapter_file", ()) or (),
+                      output_names=getattr(args, "output_name", None),
+                      adapter_files=getattr(args, "adapter_file", None),
                       checks=getattr(args, "check", None))
 
     # ----------------------------------------------------------------------- validation

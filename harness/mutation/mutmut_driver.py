@@ -144,15 +144,18 @@ HARNESS_KILLERS = {
     "adapters/__init__": ["tests/test_adapter_triage.py"],
     "calls": ["tests/test_adapter_triage.py"],  # `Call`, moved out of adapters/__init__
     "checks": ["tests/test_checks.py"],
-    "adapters/scope": ["tests/test_scope.py"],
-    "regimes": ["tests/test_regimes.py"],
+    "adapters/scope": ["tests/test_scope_mutants.py"],  # issue 39: its own fast killers
+    "regimes": ["tests/test_regimes_mutants.py"],  # issue 39: its own fast killers
+    "perf/host_reads": ["tests/test_host_reads_mutants.py"],  # issue 39
+    "models": ["tests/test_models_mutants.py"],  # issue 39
     "blocks": ["tests/test_regimes.py", "tests/test_rl_batch.py"],
     # the exit policy and what applies it (issue 39); tests/test_replay.py runs the CLI in fresh
     # processes, which import the installed batchproof, not mutmut's mutants: no killer here
     "statuses": ["tests/test_verdict.py"],
-    "adapters/runner": ["tests/test_verdict.py", "tests/test_adapters.py",
-                        "tests/test_adapter_predicates.py"],
-    "mutation/target": ["tests/test_verdict.py", "tests/test_mutmut_driver.py"],
+    # its own fast file (stand-in adapters on a few examples) and the exit policy's properties
+    "adapters/runner": ["tests/test_runner.py", "tests/test_verdict.py"],
+    # its own fast file (a user's module, mutmut a stand-in) and the policy's properties
+    "mutation/target": ["tests/test_mutation_target.py", "tests/test_verdict.py"],
     # the command line (issue 39), each module with a fast test file of its own: the commands
     # run in this process (`batchproof.cli.main`), on stand-ins or one tiny record
     "cli/__init__": ["tests/test_cli_main.py"],

@@ -246,15 +246,15 @@ class _AtenReads(TorchDispatchMode):
         if packet in CUDA_READS:
             return CUDA_READS[packet]
         if packet in ("aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"):
-            indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
+            indices = args[1]  # (dispatch passes the schema's positional arguments by position)
             if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
                 return "boolean-mask indexing (output size from the data)"
-        if packet == "aten.repeat_interleave" and kwargs.get("output_size") is None \
-                and (len(args) < 3 or args[2] is None) and isinstance(args[0], torch.Tensor) \
-                and (len(args) == 1 or isinstance(args[1], torch.Tensor)):
+        # only its `repeats`-tensor overload reaches dispatch (the others decompose into it,
+        # or into a static expand for an int `repeats`)
+        if packet == "aten.repeat_interleave" and kwargs.get("output_size") is None:
             return "repeat_interleave without output_size"
-        if packet in ("aten.unbind", "aten.split_with_sizes", "aten.split") and args \
-                and getattr(args[0], "is_nested", False):
+        # a nested tensor's rows (its offsets read); it splits only along a dense dimension
+        if packet == "aten.unbind" and args[0].is_nested:
             return "rows of a nested tensor (its offsets read)"
         return None
 

@@ -18,6 +18,14 @@ FUZZ = "harness/cli/fuzz.py"
 CHECK = "harness/cli/check.py"
 PARSER = "harness/cli/parser.py"
 VERIFY = "harness/cli/verify.py"
+REGIMES = "harness/regimes.py"
+HOST_READS = "harness/perf/host_reads.py"
+SCOPE = "harness/adapters/scope.py"
+DERANDOMIZED_NO_DATABASE = ("derandomize=True implies database=None: Hypothesis drops a "
+                            "profile's database itself (settings(derandomize=True).database is "
+                            "None under any profile)")
+RUNNER = "harness/adapters/runner.py"
+TARGET = "harness/mutation/target.py"
 RICH_LEFT = ("rich justifies a cell by a name it does not know (`XXleftXX`, `LEFT`) as by "
              "default, which is to the left: the table is drawn the same")
 ON_CPU_DEVICE = ("CPU-equivalent: the dropped or None `device` defaults to (or, on the CPU path, "
@@ -208,6 +216,147 @@ EQUIVALENT: tuple[Equivalent, ...] = (
     Equivalent(VERIFY, "_print_summary", r'\(\{r\.status\}\)", style="red"\)$',
                r'\(\{r\.status\}\)", style="RED"\)$',
                "rich reads a colour's name case-insensitively: RED is the style red"),
+
+    # ------------------------------------------------------------------- harness/regimes.py
+    Equivalent(REGIMES, "_collate_sft", r"return total > 2\*\*24 and total % 2 == 1$",
+               r"return total >= 2\*\*24 and total % 2 == 1$",
+               "2**24 is even: an odd total is never equal to it, so > and >= agree"),
+    Equivalent(REGIMES, "_collate_sft", r'"cancellation_2_53": magnitude\("cancellation"\),$',
+               r'"cancellation_2_53": magnitude\((None|"XXcancellationXX"|"CANCELLATION")\),$',
+               "cancellation is `magnitude`'s last branch, the fall-through after the other "
+               "kinds' tests: any name that is none of them reaches it"),
+    Equivalent(REGIMES, "_micro_batches", r"lambda c: split_in\(c, range\(2, 5\)\),$",
+               r"lambda c: split_in\(c, range\(2, \d+\)\),$",
+               "the bound `-(-total // n) + 2` falls as the count n grows and the other bound "
+               "(the largest group) does not depend on n: a budget is within the bound of some "
+               "count of the range exactly when it is within count 2's"),
+    Equivalent(REGIMES, "_pack_varlen",
+               r"return max\(\(p \+ r for p, r in _pairs\(call\)\), default=0\)$",
+               r"return max\(\(p \+ r for p, r in _pairs\(call\)\), default=1\)$",
+               "the default is read only when there is no sample: then the total and the tail "
+               "are 0, and neither tail regime holds on a tail of 0 (`1 <= tail`, `tail > "
+               "longest` with longest 0 or 1)"),
+    Equivalent(REGIMES, "_pad_to_multiple",
+               r"return value if isinstance\(value, int\) and value > 0 else 0$",
+               r"return value if isinstance\(value, int\) and value >= 0 else 0$",
+               "a multiple of 0 is returned as 0 on either branch"),
+    Equivalent(REGIMES, "_pad_to_multiple",
+               r'"pads_rows": lambda c: multiple\(c\) > 0 and rows\(c\) % multiple\(c\) != 0,',
+               r'"pads_rows": lambda c: multiple\(c\) > 1 and rows\(c\) % multiple\(c\) != 0,',
+               "a multiple of 1 divides every row count: `rows % 1 != 0` never holds"),
+    Equivalent(REGIMES, "length_regimes",
+               r"len\(set\(found\)\) == 1 and found\[0\] != \(0, 0\)$",
+               r"len\(set\(found\)\) == 1 and found\[1\] != \(0, 0\)$",
+               "checked only after `len(found) >= 2` and `len(set(found)) == 1`: found[1] is "
+               "found[0]"),
+    Equivalent(REGIMES, "coverage",
+               r"settings\(max_examples=budget, derandomize=True, database=None, deadline=None,",
+               r"settings\(max_examples=budget, derandomize=True, deadline=None,",
+               "derandomize=True implies database=None: Hypothesis drops a profile's database "
+               "itself (settings(derandomize=True).database is None under any profile)"),
+    Equivalent(REGIMES, "coverage", r"phases=\[Phase\.generate\], suppress_health_check",
+               r"^suppress_health_check=list\(HealthCheck\)\)$",
+               "without a failure only the generate phase draws here: no @example (explicit), "
+               "no database (reuse, derandomized), no target() call (target), and `count` never "
+               "raises (the regimes read inputs through Call, which never raises): no shrink"),
+
+    # ------------------------------------------------------------ harness/perf/host_reads.py
+    Equivalent(HOST_READS, "_site", r"for depth in range\(len\(stack\) - 1, -1, -1\):$",
+               r"for depth in range\(len\(stack\) - (2, -1|1, \+1|1, -2), -1\):$",
+               "the innermost frame is `_site`'s own and the outermost the interpreter's entry "
+               "(runpy, pytest), neither ever under a root: starting one frame further out, "
+               "stopping before the outermost, or reaching the innermost again finds the same "
+               "innermost root frame"),
+    Equivalent(HOST_READS, "_FunctionReads.__torch_function__",
+               r'name = getattr\(func, "__name__", ""\)$',
+               r'name = getattr\(func, "__name__", (None|"XXXX")?\)$',
+               "the default names a function without `__name__`, which is none of the names "
+               "compared after it: '', None and 'XXXX' all fall through to the generic branch"),
+    Equivalent(HOST_READS, "device_resident",
+               r"for leaf in value\.values\(include_nested=True, leaves_only=True\)\)",
+               r"for leaf in value\.values\(include_nested=True, (leaves_only=(None|False))?\)\)",
+               "with the nested TensorDicts among the values too, each is itself checked leaf by "
+               "leaf (the TensorDict branch): the same verdict"),
+
+    # ------------------------------------------------------------ harness/adapters/scope.py
+    Equivalent(SCOPE, "output_keys",
+               r"settings\(max_examples=draws, derandomize=True, database=None, deadline=None,",
+               r"settings\(max_examples=draws, derandomize=True, deadline=None,",
+               DERANDOMIZED_NO_DATABASE),
+    Equivalent(SCOPE, "output_keys", r"phases=\[Phase\.generate\], suppress_health_check",
+               r"^suppress_health_check=list\(HealthCheck\)\)$",
+               "without a failure only the generate phase draws here: no @example (explicit), "
+               "no database (reuse, derandomized), no target() call (target), and `collect` "
+               "never raises (it passes over what the oracle raises): no shrink"),
+    # -------------------------------------------------------------- harness/adapters/runner.py
+    Equivalent(RUNNER, "CheckOutcome.lines",
+               r'^return Failure\("", self\.detail, self\.minimal, self\.blob, self\.notes\)'
+               r'\.lines\(replay\)$',
+               r'^return Failure\(((None|"XXXX"), self\.detail, self\.minimal, self\.blob|'
+               r'"", self\.detail, self\.minimal, None), self\.notes\)',
+               "`Failure.lines` reads neither the failure's kind nor its blob (the blob reaches "
+               "the reader in the replay line, `replayer`): the lines are the same"),
+    Equivalent(RUNNER, "traces_to", r"^default\) != default\)\):$",
+               r"^(None)?\) != default\)\):$",
+               "`Call.of(case, info.reference)` binds the contract's signature, and `default` is "
+               "that signature's own default for `layout` (`_layout_default`, not None here): "
+               "`Call.arg` returns the contract's default before it would fall back to its "
+               "`default` argument, so None or no fallback reads the same"),
+    Equivalent(RUNNER, "scope_hint",
+               r'^chosen = Adapter\(report\.adapter, "custom", report\.record, report\.target, '
+               r'wrap=lambda f: f\)$',
+               r'^chosen = Adapter\((None|report\.adapter), (None|"custom"|"XXcustomXX"|'
+               r'"CUSTOM"), report\.record, (None|report\.target), wrap=(None|lambda f: f|'
+               r'lambda f: None)\)$',
+               "the stand-in adapter is read only by `command_words`, which, given `scope`, "
+               "reads its `record` alone: its name, framework, target and wrapper are never read"),
+    Equivalent(RUNNER, "fitting",
+               r"made = \", \"\.join\(f\"\{a\.name\} \(\{a\.versions or 'any'\}\)\"",
+               r"a\.versions or '(XXanyXX|ANY)'",
+               "unreachable: an adapter without `versions` fits every version (`Adapter.fits`), "
+               "so the error that lists adapters none of which fits never lists one without them"),
+    Equivalent(RUNNER, "run_adapter",
+               r'^return failed\(str\(err\), misfit=f"cannot be imported: \{err\}"\)$',
+               r"^return failed\((None|str\(None\)), misfit=",
+               "given a misfit, `failed` makes no outcomes, and `why` is only an outcome's "
+               "detail: the report is the same"),
+    Equivalent(RUNNER, "fit_problem",
+               r"^probes \+= \[info\.example\] if info\.example is not None else \[\]$",
+               r"if \(info\.example is not None\) or True else",
+               "a record without an example gets the probe None, whose `call_of` fails (no "
+               "`args`) with an AttributeError: no signature's failure, passed over as every "
+               "other probe's failure is"),
+    Equivalent(RUNNER, "completed",
+               r"out\.set\(key, expected\.get\(key\)\.to\(out\.device\) if out\.device else "
+               r"expected\.get\(key\)\)",
+               r"(if \(out\.device\) (and False|or True) else|\.to\(None\) if out\.device)",
+               "CPU-equivalent: the oracle's tensors are on the CPU, and so is every output a CPU "
+               "run completes (`.to(None)` and `.to('cpu')` of a CPU tensor are that tensor); a "
+               "target on CUDA has its completed keys moved to its device, not run here"),
+    Equivalent(RUNNER, "print_report", r'else "left"\)$', r'else "(XXleftXX|LEFT)"\)$',
+               RICH_LEFT),  # both tables: `justify="right" if column in (...) else "left"`
+
+    # -------------------------------------------------------------- harness/mutation/target.py
+    Equivalent(TARGET, "prepare",
+               r'^"source_paths": \[top if source\.is_dir\(\) else str\(relative\)\],$',
+               r"top if \(source\.is_dir\(\)\) or True else",
+               "the module's top (`relative.parts[0]`) is a file only when the module is "
+               "top-level, and then its relative path is that one part: `top` is "
+               "`str(relative)`"),
+    Equivalent(TARGET, "main", r"(read_results\(workdir, \[str\(relative\)\], \[\], located=str\)|"
+               r"driver\.Report\(scope=\[str\(relative\)\], patterns=\[\],)",
+               r"(\[str\(relative\)\], None, located=str\)|patterns=None,)",
+               "no patterns: `read_results` filters only when `patterns` is truthy, and the "
+               "report's `patterns` is read by the driver's own runs, never by `print_report`"),
+    Equivalent(TARGET, "Target.settings",
+               r"derandomize=True, database=None,",
+               r"derandomize=True, phases=\[Phase\.explicit, Phase\.generate\]",
+               "Hypothesis' settings have no database under `derandomize=True`, whatever the "
+               "parent profile names: dropping `database=None` beside it changes nothing"),
+    Equivalent(RUNNER, "completed", r"^out = out\.clone\(recurse=False\)$",
+               r"^out = out\.clone\(recurse=None\)$",
+               "`TensorDict.clone` reads `recurse` only for its truth: None is False, the "
+               "shallow copy that keeps the target's own tensors"),
 )
 
 # ------------------------------------------------------------ the framework adapters' conversion
