@@ -152,9 +152,8 @@ def _mask(call: Call) -> torch.Tensor | None:
 def has_empty_row(call: Call) -> bool:
     """A (B, S) 0/1 mask with a row of no 1 (B >= 1)."""
     mask = _mask(call)
-    return (mask is not None and mask.dim() == 2 and mask.shape[0] > 0
-            and bool((mask.to(torch.int64) != 0).sum(1).eq(0).any())
-            and not mask.is_floating_point())
+    return (mask is not None and mask.dim() == 2  # (B = 0: no row, so none empty)
+            and bool((mask != 0).sum(1).eq(0).any()) and not mask.is_floating_point())
 
 
 def empty_batch(call: Call) -> bool:

@@ -44,7 +44,7 @@ def local_slots(rank_of: torch.Tensor, local: torch.Tensor, rank: int, n: int) -
     scatter), -1 for a slot it fills with none, all -2 when it names a slot outside 0..n-1."""
     mine = rank_of == rank
     slots = local[mine]
-    out = torch.full((n,), -1, dtype=torch.int64)
+    out = torch.full((n,), -1)  # an int fill: int64
     if bool(((slots < 0) | (slots >= n)).any()):
         return out.fill_(-2)
     out[slots] = torch.nonzero(mine).flatten()

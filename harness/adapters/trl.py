@@ -147,13 +147,13 @@ def pack_domain(case: Case) -> bool:
     Other defects of the contract (counts that differ, tensor or str rows) concern the split
     into two arguments, which TRL's examples do not have."""
     call = _call(case, pack_contract)
-    start = call.arg("position_ids_start", 0)
+    start = call.arg("position_ids_start")
     return (_samples(case) is not None and call.arg("device") is None
             and type(start) is int and start == 0)
 
 
 def _multiple(case: Case) -> Any:
-    return _call(case, pack_contract).arg("pad_to_multiple", 1)
+    return _call(case, pack_contract).arg("pad_to_multiple")  # the contract's default: 1
 
 
 def _pad_length(case: Case) -> int:
@@ -190,7 +190,7 @@ def all_samples_empty(case: Case) -> bool:
 def bad_pad_token_id(case: Case) -> bool:
     """A pad_token_id the contract rejects, except a str or None (`pad` fills its output with
     `torch.full(..., padding_value)`, which raises TypeError for them: the contract's type)."""
-    value = _call(case, pack_contract).arg("pad_token_id", 0)
+    value = _call(case, pack_contract).arg("pad_token_id")
     try:
         check_pad_token_id(value)
     except (TypeError, ValueError):
@@ -731,7 +731,7 @@ def bfd_domain(case: Case) -> bool:
     capacity (`seq_length`), no bin-count adjustment (BFD has none)."""
     call = _call(case, ffd_contract)
     return (_bfd_args(case) is not None
-            and call.arg("min_bins", 1) == 1 and call.arg("bin_multiple", 1) == 1)
+            and call.arg("min_bins") == 1 and call.arg("bin_multiple") == 1)
 
 
 def length_over_capacity(case: Case) -> bool:

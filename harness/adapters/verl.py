@@ -183,7 +183,7 @@ def padded_batch(lengths) -> TensorDict:
     `attention_mask` and all-zero `input_ids`, (B, max(lengths)) int64."""
     lengths = [int(n) for n in lengths]
     width = max(lengths)
-    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths], dtype=torch.int64)
+    mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])  # ints: int64
     return TensorDict({"input_ids": torch.zeros_like(mask), "attention_mask": mask},
                       batch_size=[len(lengths)])
 

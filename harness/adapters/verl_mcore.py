@@ -126,7 +126,7 @@ def as_nested(field: torch.Tensor, cu: list[int], cu_padded: list[int]) -> torch
 def real_indices(cu: list[int]) -> torch.Tensor:
     """(1, T) int64: each real token's index in the real row, + 1 (0 is what verl writes at a
     pad), laid out as a field of a row without padding (its padded boundaries are `cu`)."""
-    return torch.arange(1, cu[-1] + 1, dtype=torch.int64).reshape(1, -1)
+    return torch.arange(1, cu[-1] + 1).reshape(1, -1)  # ints: int64
 
 
 Slicer = Callable[[torch.Tensor, list, list], tuple[torch.Tensor, torch.Tensor]]
@@ -224,12 +224,10 @@ def verl_padded_row(ids: list[int], cu: list[int], step: int) -> TensorDict:
     cu_padded = cp_op.boundaries_of(spans)
     input_ids = torch.zeros(1, cu_padded[-1], dtype=torch.int64)
     for i, length in enumerate(lengths):
-        input_ids[0, cu_padded[i]:cu_padded[i] + length] = torch.tensor(
-            ids[cu[i]:cu[i + 1]], dtype=torch.int64)
+        input_ids[0, cu_padded[i]:cu_padded[i] + length] = torch.tensor(ids[cu[i]:cu[i + 1]])
     return TensorDict({"input_ids": input_ids,
                        "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
-                       "cu_seqlens_padded": torch.tensor(cu_padded, dtype=torch.int32)},
-                      batch_size=[])
+                       "cu_seqlens_padded": torch.tensor(cu_padded, dtype=torch.int32)})
 
 
 @st.composite

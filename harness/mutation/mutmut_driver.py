@@ -168,6 +168,14 @@ HARNESS_KILLERS = {
     "cli/fuzz": ["tests/test_cli_fuzz.py"],
     "cli/listing": ["tests/test_cli_listing.py"],
     "cli/branch_coverage": ["tests/test_branch_coverage.py"],
+    # the framework adapters' conversion modules (issue 39): in-process tests on stand-ins of
+    # each framework's functions (the frameworks are not installed in the default venv)
+    "adapters/skyrl_megatron": ["tests/test_conversion_skyrl_megatron.py"],
+    "adapters/megatron": ["tests/test_conversion_megatron.py"],
+    "adapters/verl_mcore": ["tests/test_conversion_verl_mcore.py"],
+    "adapters/openrlhf": ["tests/test_conversion_openrlhf.py"],
+    "adapters/trl": ["tests/test_conversion_trl.py"],
+    "adapters/verl": ["tests/test_conversion_verl.py"],
 }
 
 

@@ -358,3 +358,135 @@ EQUIVALENT: tuple[Equivalent, ...] = (
                "`TensorDict.clone` reads `recurse` only for its truth: None is False, the "
                "shallow copy that keeps the target's own tensors"),
 )
+
+# ------------------------------------------------------------ the framework adapters' conversion
+# modules (harness/adapters/<framework>.py; issue 39), on stand-ins of the frameworks' functions
+SKYRL_MEGATRON = "harness/adapters/skyrl_megatron.py"
+MEGATRON = "harness/adapters/megatron.py"
+VERL_MCORE = "harness/adapters/verl_mcore.py"
+OPENRLHF = "harness/adapters/openrlhf.py"
+TRL = "harness/adapters/trl.py"
+VERL = "harness/adapters/verl.py"
+KEYWORD_ONLY = ("the argument read here is keyword-only in the contract (default None), so a "
+                "Call built without the contract's signature finds it in the case's kwargs or "
+                "not at all, as the contract's Call does: the same value either way")
+LAYOUT_UNREAD = ("the candidate takes the contract's `layout` keyword and never reads it: its "
+                 "domain (`supports`) is zigzag calls only, the one layout the framework has, so "
+                 "the default is never read either")
+
+EQUIVALENT += (
+    Equivalent(SKYRL_MEGATRON, "*", r'layout="zigzag", cp_rank=None\):$',
+               r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+    Equivalent(MEGATRON, "bshd_adapter", r'layout="zigzag", cp_rank=None\):$',
+               r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+    Equivalent(MEGATRON, "default_group",
+               r'tempfile\.mkdtemp\(prefix="batchproof-megatron-"\), "store"\)$',
+               r'tempfile\.mkdtemp\((prefix=None|prefix="(XXbatchproof-megatron-XX|BATCHPROOF-'
+               r'MEGATRON-|batchproof-megatron-)"|)\), "(store|XXstoreXX|STORE)"\)$',
+               "the names of the rendezvous' fresh temporary folder and of the file gloo "
+               "creates in it: any name there is a new file no one else reads (tests/"
+               "test_conversion_megatron.py checks the folder is fresh and the file not yet "
+               "there)"),
+    Equivalent(VERL_MCORE, "replay_data_adapter", r'layout="zigzag", cp_rank=None\):$',
+               r'layout="(XXzigzagXX|ZIGZAG)", cp_rank=None\):$', LAYOUT_UNREAD),
+    Equivalent(VERL_MCORE, "replay_data_adapter", r"routes\.shape\[-2\]",
+               r"routes\.shape\[\+2\]",
+               "the routes verl replays are (1, Tp, layers, topk), pad_for_cp's form, which the "
+               "adapter's cases (replay_padded_cases) draw and a router's replay target needs "
+               "(n, topk) per layer: four dimensions, where shape[2] is shape[-2]"),
+    Equivalent(VERL_MCORE, "a_rank_holds_a_pad",
+               r'cp_op\.rank_positions\(cu_padded, cp_size, "zigzag", r\)',
+               r'cp_op\.rank_positions\(cu_padded, cp_size, (None|"XXzigzagXX"|"ZIGZAG"), r\)',
+               "ops.cp.rank_positions reads only whether the layout is 'contiguous': every "
+               "other value is the zigzag layout"),
+    Equivalent(VERL_MCORE, "as_nested", r"if real else field\[0, :0\]$",
+               r"if real else field\[0, :1\]$",
+               "there are no real values only when there are no sequences (cu_seqlens [0]), and "
+               "then the padded row has no positions (cu_seqlens_padded [0]): field[0, :1] is "
+               "as empty as field[0, :0]"),
+    Equivalent(OPENRLHF, "equal_size_not_divisible",
+               r"and 1 <= k <= len\(values\) and len\(values\) % k != 0\)$",
+               r"and (2 <= k <= len|1 < k <= len|1 <= k < len)\(values\) and len\(values\) "
+               r"% k != 0\)$",
+               "n % 1 and n % n are 0: k = 1 and k = n are never 'not divisible', so the range's "
+               "bounds decide nothing there"),
+    Equivalent(OPENRLHF, "packed_segments", r"torch\.tensor\(\[flat\.numel\(\)\], "
+               r"device=flat\.device\)", r"torch\.tensor\(\[flat\.numel\(\)\], "
+               r"(device=None)?\)",
+               "CPU-equivalent: the row's end is made on the default device, the CPU, where "
+               "OpenRLHF's position ids are on every run here; position ids on a GPU would need "
+               "it there (the adapter's devices are the CPU only)"),
+    Equivalent(TRL, "_call", r"return case if isinstance\(case, Call\) else Call\.of",
+               r"if \(isinstance\(case, Call\)\) and False else Call\.of",
+               "Call.of returns a Call it is given as it is"),
+    Equivalent(TRL, "_multiple", r"_call\(case, pack_contract\)", r"_call\(case, None\)",
+               "pad_to_multiple is keyword-only: without the contract's signature a case that "
+               "does not pass it reads None instead of the default 1, and both mean no tail pad "
+               "(_pad_length) and no bad multiple (bad_multiple)"),
+    Equivalent(TRL, "bad_pad_token_id", r"_call\(case, pack_contract\)", r"_call\(case, None\)",
+               "pad_token_id is keyword-only: without the contract's signature a case that does "
+               "not pass it reads None instead of the default 0, and both are not 'bad' (None is "
+               "left to torch's TypeError, the contract's type)"),
+    Equivalent(TRL, "grpo_composable", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
+               KEYWORD_ONLY),
+    Equivalent(TRL, "_per_token_rows", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
+               KEYWORD_ONLY),
+    Equivalent(TRL, "grpo_domain", r"_call\(case, rl_contract\)", r"_call\(case, None\)",
+               "layout, rewards and device are keyword-only: without the contract's signature a "
+               "case that does not pass layout reads None instead of the default 'left', and "
+               "neither is two_segment (rewards and device default to None either way)"),
+    Equivalent(TRL, "_none_as_nan", r'float\("nan"\)', r'float\("NAN"\)',
+               "float() reads 'NAN' as it reads 'nan'"),
+    Equivalent(TRL, "_pad_length", r"or multiple < 1:$", r"or multiple (<= 1|< 2):$",
+               "a multiple of 1 pads nothing (-total % 1 == 0): returning 0 for it early is the "
+               "same"),
+    Equivalent(TRL, "_pad_length", r"^return 0$", r"^return 1$",
+               "the pad length is read only by tail_pad_split, which asks for 2 or more: 0 and "
+               "1 both say no"),
+    Equivalent(TRL, "_total", r"^return 0 if samples is None else sum",
+               r"^return (0 if \(samples is None\) and False|1 if samples is None) else sum",
+               "its callers (bad_multiple, tail_pad_split through _pad_length) read it only "
+               "after _samples found samples: the None branch is never taken"),
+    Equivalent(TRL, "grpo_composable", r"default=0\)$", r"default=(None|1)\)$",
+               "with no responses the batch is 0, every per-token argument must then be an "
+               "empty list, and _tool_mask_broadcasts returns before it reads the width"),
+    Equivalent(TRL, "grpo_pad_adapter", r'layout="left", max_seq_len=None, device=None$',
+               r'layout="(XXleftXX|LEFT)", max_seq_len=None, device=None$',
+               "every layout but two_segment is refused with the same NotImplementedError: the "
+               "default's value, any other than two_segment, is never read otherwise"),
+    Equivalent(TRL, "grpo_pad_adapter",
+               r'padding_value=0(\.0)?, padding_side="(left|right)"\)$',
+               r'^(?!.*padding_value).*padding_side="(left|right)"\)$',
+               "trl.trainer.utils.pad's padding_value defaults to 0 (the masks' and the "
+               "logprobs' pad: torch.full casts it to the rows' dtype)"),
+    Equivalent(TRL, "grpo_pad_adapter", r'padding_side="right"\)$',
+               r'^(?!.*padding_side).*\)$',
+               "trl.trainer.utils.pad's padding_side defaults to 'right'"),
+    Equivalent(TRL, "padding_free_adapter", r"\(int\(segments\.max\(\)\) \+ 1 if segments",
+               r"\(int\(segments\.max\(\)\) \+ 2 if segments",
+               "one more -1 after the samples' owners: only segments up to the largest are read"),
+    Equivalent(TRL, "padding_free_adapter", r"^else 0\), dtype=torch\.int64\)$",
+               r"^else 1\), dtype=torch\.int64\)$",
+               "with no target there is no segment to read: one -1 more is never read"),
+    Equivalent(VERL, "equal_size_not_divisible", r"and k > 0 and len\(values\) % k != 0\)$",
+               r"and k > 1 and len\(values\) % k != 0\)$",
+               "n % 1 is 0: k = 1 is never 'not divisible', so k > 0 and k > 1 agree"),
+    Equivalent(VERL, "micro_checked_by_assert",
+               r"_int\(group\) and group > 0 and len\(lengths\) % group != 0\)$",
+               r"_int\(group\) and group > 1 and len\(lengths\) % group != 0\)$",
+               "n % 1 is 0: a group size of 1 never leaves a remainder, so group > 0 and "
+               "group > 1 agree"),
+    Equivalent(VERL, "_segment_lengths",
+               r"if attention is None or attention\.dim\(\) != 2 or None in \(prompt_width,",
+               r"if attention is None (or attention\.dim\(\) != 2 and|and attention\.dim\(\) "
+               r"!= 2 or) None in \(prompt_width,",
+               "a None or 1-D attention mask read on fails (None.to, a 1-D tensor indexed by two "
+               "axes) inside the try, whose except returns the same None"),
+    Equivalent(VERL, "defect_in_unread_fields", r"or _is_nested_batch\(td\)$",
+               r"or _is_nested_batch\(None\)$",
+               "a nested batch holding verl's four keys has them jagged (input_ids at least, "
+               "made by nest_by_mask), and the contract rejects a jagged field of a batch it is "
+               "to nest: the reduced batch is rejected too, and the predicate is False either "
+               "way (tests/test_conversion_verl.py::"
+               "test_a_nested_batchs_defect_is_not_in_unread_fields)"),
+)
