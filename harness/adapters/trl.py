@@ -642,10 +642,11 @@ def last_row_empty(case: Case) -> bool:
 # valid inputs whose last row is not empty: the known `first_row_empty_makes_ids_float`, met
 # again inside property:permutation on the reversed batch, would otherwise be reported as a new
 # divergence of that property (its input's own first row is not empty, so no predicate matches
-# it); an empty first row is still drawn and confirms the known divergence, and empty rows
-# anywhere else are checked as any row
+# it); an empty first row (one row alone, too) is still drawn and confirms the known
+# divergence, and empty rows anywhere else are checked as any row
 GRPO_VALID = rl_batch_cases(layouts=("two_segment",), rewards=("none",),
-                            max_seq_len=False).filter(lambda case: not last_row_empty(case))
+                            max_seq_len=False).filter(
+    lambda case: first_row_empty(case) or not last_row_empty(case))
 
 GRPO_PAD = register_adapter(Adapter(
     name="trl.grpo_pad",
