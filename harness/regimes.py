@@ -215,13 +215,14 @@ def _pack_sft() -> dict[str, Regime]:
                 if isinstance(ex, Mapping)]
 
     def every_slot_filled(call) -> bool:
-        found = lengths(call)
-        return align(call) > 1 and bool(found) and all(n % align(call) == 0 for n in found)
+        found, step = lengths(call), align(call)
+        return step > 1 and bool(found) and all(n % step == 0 for n in found)
 
     return {"dp_above_1": lambda c: config(c)[0] > 1, "tp_above_1": lambda c: config(c)[1] > 1,
             "cp_above_1": lambda c: config(c)[2] > 1, "fp8": lambda c: config(c)[3],
             "every_slot_filled": every_slot_filled,
-            "capacity_exact": lambda c: bool(lengths(c)) and c.arg("capacity") == max(lengths(c))}
+            "capacity_exact": lambda c: bool(found := lengths(c))
+            and c.arg("capacity") == max(found)}
 
 
 def _micro_batches() -> dict[str, Regime]:

@@ -39,6 +39,7 @@ from batchproof.adapters.trl import (
     grpo_none_logprob,
     grpo_pad_adapter,
     has_empty_sample,
+    last_row_empty,
     length_over_capacity,
     non_int_token,
     non_positive_length,
@@ -355,6 +356,16 @@ def test_the_first_row_empty() -> None:
     assert not first_row_empty(_grpo([[1], []], [[2], []]))
     assert not first_row_empty(_grpo([], []))
     assert not first_row_empty(_grpo(torch.zeros(1, 0), [[]]))
+
+
+def test_the_last_row_empty() -> None:
+    """The row property:permutation puts first; grpo_pad's valid inputs leave it out unless the
+    first row is empty too."""
+    assert last_row_empty(_grpo([[1], []], [[2], [3]]))
+    assert last_row_empty(_grpo([[1], [1]], [[2], []]))
+    assert not last_row_empty(_grpo([[], [1]], [[], [3]]))
+    assert not last_row_empty(_grpo([[1], [1], [1]], [[2], [], [3]]))
+    assert not last_row_empty(_grpo([], []))
 
 
 def test_a_per_token_length_mismatch() -> None:

@@ -519,11 +519,16 @@ def grpo_composable(case: Case) -> bool:
     return True
 
 
-def first_row_empty(case: Case) -> bool:
-    """prompts[0] or responses[0] is empty: `pad` takes its output dtype from the first row."""
+def _row_empty(case: Case, row: int) -> bool:
+    """The prompt or the response of sample `row` is empty (a batch of at least one sample)."""
     sides = _grpo_sides(case)
     return (sides is not None and all(sides)
-            and (len(sides[0][0]) == 0 or len(sides[1][0]) == 0))
+            and (len(sides[0][row]) == 0 or len(sides[1][row]) == 0))
+
+
+def first_row_empty(case: Case) -> bool:
+    """prompts[0] or responses[0] is empty: `pad` takes its output dtype from the first row."""
+    return _row_empty(case, 0)
 
 
 PER_TOKEN = ("loss_masks", "logprobs")
@@ -634,9 +639,7 @@ GRPO_KNOWN = (
 def last_row_empty(case: Case) -> bool:
     """prompts[-1] or responses[-1] is empty: the row property:permutation (which reverses the
     samples) hands `pad` first, where `first_row_empty_makes_ids_float` turns input_ids float32."""
-    sides = _grpo_sides(case)
-    return (sides is not None and all(sides)
-            and (len(sides[0][-1]) == 0 or len(sides[1][-1]) == 0))
+    return _row_empty(case, -1)
 
 
 # valid inputs whose last row is not empty: the known `first_row_empty_makes_ids_float`, met
