@@ -1553,3 +1553,11 @@ def test_the_scope_line_lists_every_output_and_skipped_check() -> None:
     scope = next(line for line in _printed_report(report).splitlines()
                  if line.startswith("scope:"))
     assert scope == "scope: input forms lists; outputs compared: a, b only; skipped: errors, pin:p"
+
+
+@pytest.mark.parametrize("status", [Outcome.NEW, Outcome.ERROR])
+def test_a_failure_with_an_empty_detail_is_still_reported(status: Outcome) -> None:
+    """A NEW or ERROR outcome whose detail is empty gets an empty cell, not an IndexError."""
+    report = _report([CheckOutcome("a", RECORD, "c", status, detail="", minimal="f(1)")])
+    text = _printed_report(report)
+    assert "minimal case: f(1)" in text and _raw_cells(text, "c")[-1].strip() == ""

@@ -830,7 +830,7 @@ def print_report(report: AdapterReport, profile: str, replay=None, console: Cons
         table.add_column(column, justify="right" if column in ("examples", "time") else "left")
     for o in report.outcomes:
         detail = o.detail if o.status not in (Outcome.NEW, Outcome.ERROR) else textwrap.shorten(
-            o.detail.splitlines()[0], 80, placeholder=" ...")
+            next(iter(o.detail.splitlines()), ""), 80, placeholder=" ...")
         table.add_row(o.check, _STYLE[o.status], str(o.examples), f"{o.seconds:.1f}s",
                       escape(detail))
     console.print(table)
