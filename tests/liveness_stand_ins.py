@@ -62,6 +62,49 @@ def skyrl_convert_0_4(pad_token_id, prompts, responses, rewards, loss_masks, log
             td["loss_mask"], td.get("rollout_logprobs", None), None, None)
 
 
+class PackedTensor:
+    """SkyRL 0.4.0's PackedTensor as the adapter reads it: `values` and `cu_seqlens`."""
+
+    def __init__(self, values: torch.Tensor, cu_seqlens: torch.Tensor) -> None:
+        self.values = values
+        self.cu_seqlens = cu_seqlens
+
+
+def _packed(rows: list[torch.Tensor]) -> PackedTensor:
+    lengths = torch.tensor([0] + [r.shape[0] for r in rows], dtype=torch.int32)
+    return PackedTensor(torch.cat(rows), torch.cumsum(lengths, 0, dtype=torch.int32))
+
+
+def skyrl_convert_replay_0_4(pad_token_id, prompts, responses, rewards, loss_masks,
+                             logprobs=None, rollout_expert_indices=None,
+                             rollout_sample_support=None, max_seq_len=None) -> tuple:
+    """SkyRL 0.4.0's with routes and support: the last two values packed over each sample's
+    real tokens (routes) and response tokens (support), from the contract's laid-out ones."""
+    td = build_rl_batch(prompts, responses, pad_token_id=pad_token_id, rewards=rewards,
+                        loss_masks=loss_masks, logprobs=logprobs or None, layout="left",
+                        max_seq_len=max_seq_len, routed_experts=rollout_expert_indices,
+                        sample_support=rollout_sample_support)
+    real = td["attention_mask"].sum(1).tolist()
+    width, span = td["input_ids"].shape[1], td["response_mask"].shape[1]
+    routes = support = None
+    if rollout_expert_indices is not None:
+        routes = _packed([td["routed_experts"][i, width - n:] for i, n in enumerate(real)])
+    if rollout_sample_support is not None:
+        support = _packed([td["sample_support"][i, span - len(r):]
+                           for i, r in enumerate(responses)])
+    return (td["input_ids"], td["attention_mask"], td["response_mask"], td["rewards"],
+            td["loss_mask"], td.get("rollout_logprobs", None), routes, support)
+
+
+def skyrl_router_padding_mask(attention_mask, captured_route_lengths) -> torch.Tensor:
+    """SkyRL 0.4.0's make_router_padding_mask: True but on each row's captured prefix."""
+    width = attention_mask.shape[1]
+    starts = width - attention_mask.sum(1)
+    columns = torch.arange(width)[None, :]
+    captured = torch.tensor(captured_route_lengths)[:, None]
+    return ~((columns >= starts[:, None]) & (columns < starts[:, None] + captured))
+
+
 class TrainingBatch(dict):
     """SkyRL's TrainingInputBatch as the adapters read it: a dict of tensors (a `TensorList`
     too) that checks what is put in it, with a `metadata` dict."""
@@ -461,7 +504,7 @@ def _module(name: str, **attrs: Any) -> types.ModuleType:
 
 def stand_ins() -> dict[str, StandIn]:
     """Adapter name -> its stand-in (imports the adapter modules, never a framework)."""
-    from batchproof.adapters import megatron, skyrl_megatron, verl_mcore
+    from batchproof.adapters import megatron, skyrl, skyrl_megatron, verl_mcore
 
     no_group = (megatron, "default_group", lambda: None)
     cp_rank = (verl_mcore, "megatron_cp_rank", stand_in_cp_rank)
@@ -470,6 +513,8 @@ def stand_ins() -> dict[str, StandIn]:
     table = {
         "skyrl.rl_batch": StandIn(skyrl_convert_0_3),
         "skyrl.rl_batch_0_4": StandIn(skyrl_convert_0_4),
+        "skyrl.rl_batch_replay_0_4": StandIn(skyrl_convert_replay_0_4, ((skyrl.PREPROCESS, None, _module(
+            skyrl.PREPROCESS, make_router_padding_mask=skyrl_router_padding_mask)),)),
         "skyrl.ffd_bins": StandIn(skyrl_make_seq_packer),
         "skyrl.cp_packed_indices": StandIn(skyrl_rank_and_local, (helpers,)),
         "skyrl.cp_rank_bshd": StandIn(skyrl_tokens_on_rank),

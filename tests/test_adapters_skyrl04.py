@@ -25,6 +25,7 @@ from batchproof.ops.rl_batch import rl_batch_cases
 from batchproof.registry import BadCase, Case
 
 ADAPTER = "skyrl.rl_batch_0_4"
+REPLAY = "skyrl.rl_batch_replay_0_4"  # the routes and support (harness/adapters/skyrl_replay.py)
 
 
 def _run(adapter, checks, examples: int = 40, **kwargs):
@@ -83,7 +84,7 @@ def convert(preprocess):
 
 
 def test_check_picks_the_0_4_adapter(preprocess) -> None:
-    assert [a.name for a in select_adapters("skyrl", ["rl_batch"], None)] == [ADAPTER]
+    assert [a.name for a in select_adapters("skyrl", ["rl_batch"], None)] == [ADAPTER, REPLAY]
     with pytest.raises(ValueError, match=r"no adapter fits skyrl 0\.4.*skyrl\.rl_batch \(~=0\.3"):
         select_adapters("skyrl", None, "skyrl.rl_batch")
 
@@ -435,3 +436,69 @@ def test_the_cp_module_registers_without_skyrl_or_megatron() -> None:
             "for a in (m.CP_PACKED_INDICES, m.CP_RANK_BSHD):\n"
             "    assert (a.versions, a.needs) == ('~=0.4.0', ('megatron-core',))\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def test_replay_known_divergences_only(preprocess) -> None:
+    """Routes and support through SkyRL 0.4.0: every divergence declared, each confirmed."""
+    adapter = adapters.get_adapter(REPLAY)
+    report = _run(adapter, registry.get(adapter.record).check_names(), examples=20)
+    assert not report.new, [(o.check, o.detail) for o in report.new]
+    assert exit_code([report]) == 0 and not report.not_reproduced
+    statuses = {o.check: o.status for o in report.outcomes}
+    for check in ("equivalence", "errors", "property:routes_on_their_tokens",
+                  "property:dummy_routes_where_masked", "property:route_count_per_layer",
+                  "property:support_on_response_slots", "pin:sglang_36404_stale_rows_repeated",
+                  "pin:rllm_543_offset_from_longest_prompt", "pin:loss_masked_tokens_replayed"):
+        assert statuses[check] == "pass", (check, statuses)
+    known = {k["name"]: k for k in report.known}
+    for entry in known.values():  # each met divergence diverged as described
+        assert entry["status"] in ("confirmed", "not met"), entry
+    for name in ("int64_routes_refused", "uncaptured_sample_refused"):
+        assert known[name]["confirmed"] > 0, known[name]
+
+
+@pytest.mark.parametrize("divergence", ["uncaptured_sample_refused", "int64_routes_refused"])
+def test_without_a_replay_divergence_the_check_fails(preprocess, divergence: str) -> None:
+    adapter = adapters.get_adapter(REPLAY).without(divergence)
+    (equivalence,) = _run(adapter, ["equivalence"], report_multiple_bugs=False).new
+    assert "ValueError" in equivalence.detail and "routed_experts=" in equivalence.minimal
+
+
+def test_replay_reproductions(convert) -> None:
+    """The smallest input of each declared replay divergence, on SkyRL itself."""
+    import numpy as np
+
+    def call(routes=None, support=None, prompts=([1],), responses=([2],)):
+        return convert(0, [list(p) for p in prompts], [list(r) for r in responses],
+                       [[0.0] * len(r) for r in responses], [[1] * len(r) for r in responses],
+                       rollout_expert_indices=routes, rollout_sample_support=support)
+
+    def routes(n, dtype=np.uint8, k=1):
+        return np.tile(np.arange(k, dtype=dtype), (n, 1, 1))
+
+    with pytest.raises(ValueError, match="canonical routed-expert dtype"):
+        call([routes(1, np.int64)])  # int64_routes_refused
+    with pytest.raises(ValueError, match="must contain routes for every trajectory"):
+        call([routes(0)])  # uncaptured_sample_refused
+    with pytest.raises(ValueError, match="canonical sample-support dtype"):
+        call(support=[np.full((1, 1), -1, np.int16)])  # support_int32_only
+    with pytest.raises(TypeError, match="must be NumPy arrays"):
+        call([None])  # none_entry_type_error
+    with pytest.raises(ValueError, match="canonical routed-expert dtype"):
+        call([routes(1, np.float32)])  # route_dtype_refused_by_value
+    mixed = call([routes(1), routes(1, np.int16)], prompts=([1], [1]), responses=([2], [2]))[6]
+    assert mixed.values.dtype == torch.int16  # mixed_route_dtypes_widened
+    negative = call([np.full((1, 1, 1), -1, np.int16)])[6]
+    assert negative.values.flatten().tolist() == [-1, 0]  # negative_route_ids_unchecked
+    support = call(support=[np.array([[-2]], np.int32)])[7]
+    assert support.values.tolist() == [[-2]]  # support_ids_unchecked
+    # what agrees: routes on the sample's real tokens, SkyRL's dummy past the captured prefix
+    out = call([routes(1, k=2) + 3, routes(1, k=2) + 5], prompts=([1], []),
+               responses=([2], [5]))
+    assert out[6].values.tolist() == [[[3, 4]], [[0, 1]], [[5, 6]]]
+    assert out[6].cu_seqlens.tolist() == [0, 2, 3]
+    mask = convert.__globals__["make_router_padding_mask"](out[1], [1, 1])
+    assert mask.tolist() == [[False, True], [True, False]]
