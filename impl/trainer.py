@@ -23,6 +23,7 @@ from batchproof.reference.trainer import (  # the contract's argument checks, sh
     _int,
     _positive_int,
     _response_width,
+    check_replay_fields,
 )
 
 LAYOUTS = ("left", "two_segment")
@@ -74,6 +75,8 @@ def pad_to_multiple(
             extra = row.expand((count,) + trailing)
         elif key == "is_padding":
             extra = torch.ones(count, dtype=value.dtype, device=value.device)
+        elif key in _REPLAY_FILL:
+            extra = _REPLAY_FILL[key](value, count)
         else:
             extra = torch.zeros((count,) + trailing, dtype=value.dtype, device=value.device)
         out.set(key, torch.cat([value, extra], dim=0))
@@ -82,6 +85,22 @@ def pad_to_multiple(
         flags = torch.arange(batch + count, device=device) >= batch
         out.set("is_padding", flags)
     return out
+
+
+def _dummy_routes(value: torch.Tensor, count: int) -> torch.Tensor:
+    """(count, T, layers, topk): the dummy route 0 .. topk-1 on every slot."""
+    routes = torch.arange(value.shape[-1], dtype=value.dtype, device=value.device)
+    return routes.expand((count,) + tuple(value.shape[1:]))
+
+
+# router replay: a padding row's slots hold the dummy route and are all masked, its support -1
+_REPLAY_FILL = {
+    "routed_experts": _dummy_routes,
+    "router_padding_mask": lambda value, count: torch.ones(
+        (count,) + tuple(value.shape[1:]), dtype=torch.bool, device=value.device),
+    "sample_support": lambda value, count: torch.full(
+        (count,) + tuple(value.shape[1:]), -1, dtype=value.dtype, device=value.device),
+}
 
 
 def _mask_row(width: int, start: int, length: int, device) -> torch.Tensor:
@@ -172,6 +191,7 @@ def _padding_start(td, multiple, eos_token_id, pad_token_id, layout, min_length)
     response_width = _response_width(td)
     if response_width > width:
         raise ValueError(f"response width {response_width} is wider than the sequence ({width})")
+    check_replay_fields(td, batch, width, response_width)
     response_tokens = min_length // 2 if response_width > 0 else 0
     prompt_tokens = min_length - response_tokens
     if layout == "left":

@@ -21,11 +21,15 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from batchproof.reference._checks import check_token_id
+from batchproof.reference._routes import ROUTE_DTYPES, SUPPORT_DTYPES, SUPPORT_PADDING, dummy_route
 
 LAYOUTS = ("left", "two_segment")
 SCALAR_TYPES = (type(None), bool, int, float, str)
 # fields with their own padding-row content; every other tensor field gets zeros of its dtype
 TOKEN_FIELDS = ("input_ids", "attention_mask", "position_ids")
+# router replay (docs/conventions.md): a padding row has no captured route, so every slot holds
+# the dummy route 0 .. topk-1 and is masked, and no response token, so its support is all -1
+REPLAY_FIELDS = ("routed_experts", "router_padding_mask", "sample_support")
 
 
 def required_multiple(
@@ -179,6 +183,7 @@ def _padding_spec(td, multiple, eos_token_id, pad_token_id, layout, min_length) 
     response_width = _response_width(td)
     if response_width > width:
         raise ValueError(f"response width {response_width} is wider than the sequence ({width})")
+    check_replay_fields(td, batch, width, response_width)
     response_tokens = min_length // 2 if response_width > 0 else 0
     prompt_tokens = min_length - response_tokens
     if layout == "left":
@@ -210,7 +215,37 @@ def _padding_row(key: str, trailing: tuple[int, ...], spec: _Spec):
         if len(trailing) == 2:  # multi-axis position ids (C, T): the same positions on every axis
             return [list(positions) for _ in range(trailing[0])]
         return positions
+    if key == "routed_experts":  # (T, layers, topk): the dummy route on every slot
+        return [[dummy_route(trailing[2]) for _ in range(trailing[1])] for _ in range(trailing[0])]
+    if key == "router_padding_mask":  # (T,): no slot of a padding row holds a captured route
+        return [True] * trailing[0]
+    if key == "sample_support":  # (R, top_k): no response token, no support
+        return [[SUPPORT_PADDING] * trailing[1] for _ in range(trailing[0])]
     return _zeros(trailing)
+
+
+def check_replay_fields(td, batch: int, width: int, response_width: int) -> None:
+    """The router-replay fields a batch may carry (docs/trainer.md, "Router replay"):
+    `routed_experts` (B, T, layers, topk) of a route dtype whose dummy route fits,
+    `router_padding_mask` (B, T) bool, `sample_support` (B, R, top_k) of a support dtype.
+    TypeError for a dtype, ValueError for a shape, naming the field."""
+    expected = {"routed_experts": (4, ROUTE_DTYPES, (batch, width)),
+                "router_padding_mask": (2, (torch.bool,), (batch, width)),
+                "sample_support": (3, SUPPORT_DTYPES, (batch, response_width))}
+    for key, (rank, dtypes, leading) in expected.items():
+        if key not in td.keys():
+            continue
+        value = td.get(key)
+        if value.dtype not in dtypes:
+            names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+            raise TypeError(f"td[{key!r}] must be {names}, got {value.dtype}")
+        shape = tuple(value.shape)
+        if len(shape) != rank or shape[:2] != leading or 0 in shape[2:]:
+            raise ValueError(f"td[{key!r}] must be {rank}-D with leading {leading} and no empty "
+                             f"trailing dimension, got {shape}")
+        if key == "routed_experts" and value.dtype == torch.uint8 and shape[3] > 256:
+            raise ValueError(f"td['routed_experts'] has topk {shape[3]}: its dummy route "
+                             f"0 .. {shape[3] - 1} does not fit uint8")
 
 
 def _zeros(shape: tuple[int, ...]):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
+from batchproof import replay
 from batchproof.compare import assert_identical
 from batchproof.ops.rl_batch import picture as rl_batch_picture
 from batchproof.reference import trainer as _reference
@@ -17,6 +18,7 @@ from batchproof.registry import BadCase, Case, OpInfo, Pin, Property, register
 MAX_ROWS = 8
 MAX_PART = 6
 TOKEN_FIELDS = ("input_ids", "attention_mask", "position_ids")
+REPLAY_FIELDS = _reference.REPLAY_FIELDS  # routes, their mask, support: padded as no token
 
 
 def _assert(condition: bool, message: str) -> None:
@@ -258,7 +260,41 @@ def pad_to_multiple_cases(draw) -> Case:
         td = td.exclude("layout", "pad_token_id")
     if draw(st.integers(0, 3)) == 0:  # a batch without position ids: none are padded
         td = td.exclude("position_ids")
+    if draw(st.integers(0, 2)) == 0:  # router replay: routes laid out, their mask, support
+        td = draw(with_replay_fields(td))
     return Case((td, multiple), kwargs)
+
+
+@st.composite
+def with_replay_fields(draw, td: TensorDict) -> TensorDict:
+    """`td` with `routed_experts` (B, T, layers, topk) and `router_padding_mask` (B, T) as
+    `build_rl_batch` lays them out (a route on each attended column, the dummy route and the
+    mask on the rest), and in half of them `sample_support` (B, R, top_k): ids, then -1, on the
+    response columns (what a trainer's batch carries after the rollout; pad_to_multiple copies
+    real rows and never reads them)."""
+    batch, width = td["input_ids"].shape
+    attended = td["attention_mask"].bool()
+    counts = [int(n) for n in attended.sum(1)]
+    entries = [replay.as_tensor(e) for e in draw(replay.route_entries(
+        counts, arrays=("torch",), min_captured=max(counts, default=0)))]
+    layers, topk = entries[0].shape[1:]
+    routes = replay.dummy_slot(layers, topk, entries[0].dtype).expand(
+        batch, width, layers, topk).clone()
+    for i, entry in enumerate(entries):
+        routes[i, attended[i]] = entry
+    td = td.clone(recurse=False)
+    td.set("routed_experts", routes)
+    td.set("router_padding_mask", ~attended)
+    if draw(st.booleans()):
+        response = td["response_mask"].bool()
+        rows = [replay.as_tensor(e) for e in draw(replay.support_entries(
+            [int(n) for n in response.sum(1)], arrays=("torch",)))]
+        support = torch.full((batch, response.shape[1], rows[0].shape[1]), -1,
+                             dtype=rows[0].dtype)
+        for i, row in enumerate(rows):
+            support[i, response[i]] = row
+        td.set("sample_support", support)
+    return td
 
 
 @st.composite
@@ -269,7 +305,8 @@ def bad_pad_to_multiple_cases(draw, *, valid: st.SearchStrategy[Case] | None = N
     kind = draw(st.sampled_from(["multiple_zero", "multiple_type", "no_layout", "uids_list",
                                  "nested", "min_length_small", "min_length_wide", "eos_type",
                                  "is_padding_dtype", "jagged", "layout", "not_td",
-                                 "no_batch_dim", "no_input_ids", "field_shape"]))
+                                 "no_batch_dim", "no_input_ids", "field_shape",
+                                 "replay_dtype", "replay_shape"]))
     good = draw(valid if valid is not None else pad_to_multiple_cases())
     td, multiple = good.args
     kwargs = dict(good.kwargs)
@@ -292,6 +329,8 @@ def bad_pad_to_multiple_cases(draw, *, valid: st.SearchStrategy[Case] | None = N
         td = td.clone()
         td.set(key, wide if draw(st.booleans()) else value.reshape(batch, -1)[:, 0])
         return BadCase(Case((td, multiple), kwargs), ValueError, f"{key} has the wrong shape")
+    if kind in ("replay_dtype", "replay_shape"):
+        return _replay_field_defect(draw, kind, td, multiple, kwargs)
     if kind == "multiple_zero":
         return BadCase(Case((td, draw(st.integers(-2, 0))), kwargs), ValueError, "multiple < 1")
     if kind == "multiple_type":
@@ -325,6 +364,23 @@ def bad_pad_to_multiple_cases(draw, *, valid: st.SearchStrategy[Case] | None = N
         td.set("is_padding", torch.zeros(batch, dtype=torch.int64))
         why = "is_padding is not bool"
     return BadCase(Case((td, multiple), kwargs), ValueError, why)
+
+
+def _replay_field_defect(draw, kind: str, td: TensorDict, multiple, kwargs) -> BadCase:
+    """A router-replay field of a dtype (TypeError) or a shape (ValueError) the contract does
+    not take; the fields are added first when the batch has none."""
+    if "routed_experts" not in td.keys():
+        td = draw(with_replay_fields(td))
+    key = draw(st.sampled_from([k for k in REPLAY_FIELDS if k in td.keys()]))
+    value = td[key]
+    td = td.clone(recurse=False)
+    if kind == "replay_dtype":
+        wrong = {"routed_experts": torch.float32, "router_padding_mask": torch.int64,
+                 "sample_support": torch.uint8}[key]
+        td.set(key, value.to(wrong))
+        return BadCase(Case((td, multiple), kwargs), TypeError, f"{key} is {wrong}")
+    td.set(key, value[:, :-1] if value.shape[1] else value.unsqueeze(-1))
+    return BadCase(Case((td, multiple), kwargs), ValueError, f"{key} has the wrong shape")
 
 
 def _td_on(case: Case, device: str) -> Case:
@@ -447,11 +503,32 @@ def prop_other_fields_zero(case: Case, out) -> None:
     if facts.count == 0:
         return
     for key in facts.tensor_keys():
-        if key in TOKEN_FIELDS or key == "is_padding":
+        if key in TOKEN_FIELDS or key in REPLAY_FIELDS or key == "is_padding":
             continue
         value = facts.padding(key)
         _assert(_same_bits(value, torch.zeros_like(value)),
                 f"padding rows of {key} are not +0: {value.tolist()}")
+
+
+def prop_padding_rows_replay_nothing(case: Case, out) -> None:
+    """Router replay on padding rows: every slot holds the dummy route 0 .. topk-1 (`topk`
+    distinct experts: never all zeros, verl #7524) and is masked, and the support is all -1."""
+    facts = _Padded(case, out)
+    if facts.count == 0:
+        return
+    if "routed_experts" in facts.tensor_keys():
+        routes = facts.padding("routed_experts")
+        dummy = torch.arange(routes.shape[-1], dtype=routes.dtype, device=routes.device)
+        _assert(routes.dtype == case.args[0]["routed_experts"].dtype, "routes changed dtype")
+        _assert(bool((routes == dummy).all()), f"padding rows' routes {routes.tolist()} are "
+                "not the dummy route on every slot")
+    if "router_padding_mask" in facts.tensor_keys():
+        mask = facts.padding("router_padding_mask")
+        _assert(mask.dtype == torch.bool and bool(mask.all()),
+                f"padding rows' router_padding_mask {mask.tolist()} is not all True")
+    if "sample_support" in facts.tensor_keys():
+        support = facts.padding("sample_support")
+        _assert(bool((support == -1).all()), f"padding rows' support {support.tolist()} != -1")
 
 
 def prop_real_rows_roundtrip(case: Case, out) -> None:
@@ -512,6 +589,17 @@ PAD_PINS = [
         "padding row's response_mask must be (R,) zeros, not a (T,) row",
         _expect_padding_row(input_ids=[0, 0, 0, 9, 9], attention_mask=[0, 0, 0, 1, 1],
                             response_mask=[0, 0], loss_mask=[0.0, 0.0])),
+    Pin("verl_7524_padding_rows_zero_routes",
+        Case((_batch([[1, 2], [3]], [[4], [5, 6]], routed_experts=[
+            torch.tensor([[[2, 3]], [[3, 1]], [[1, 2]]], dtype=torch.int16),
+            torch.tensor([[[3, 2]], [[2, 0]]], dtype=torch.int16)], sample_support=[
+            torch.tensor([[5, -1]], dtype=torch.int32),
+            torch.tensor([[7, 8], [9, -1]], dtype=torch.int32)]), 3), {"eos_token_id": 9}),
+        "padding rows' routes all zeros (verl 0.9.1's build_padding_routed_experts, verl "
+        "#7524): every slot of a padding row holds the dummy route 0 .. topk-1 and is masked, "
+        "and its support is -1",
+        _expect_padding_row(routed_experts=[[[0, 1]]] * 3, router_padding_mask=[True] * 3,
+                            sample_support=[[-1, -1]] * 2)),
     Pin("multi_axis_position_ids",
         Case((_multi_axis(_batch([[1, 2], [3]], [[4], [5, 6]])), 4), {"eos_token_id": 9}),
         "1-D position_ids for a padding row in a batch of (B, 3, T) multi-axis RoPE positions",
@@ -815,6 +903,7 @@ PAD_TO_MULTIPLE = register(OpInfo(
         Property.of(prop_zero_masked_loss),
         Property.of(prop_padding_sample_valid),
         Property.of(prop_other_fields_zero),
+        Property.of(prop_padding_rows_replay_nothing),
         Property.of(prop_real_rows_roundtrip),
     ],
     pins=PAD_PINS,

@@ -115,6 +115,18 @@ def _is_padding_when_divisible(td, multiple, **kwargs):
     return out
 
 
+def _padding_routes_zeros(td, multiple, **kwargs):
+    """verl 0.9.1's build_padding_routed_experts: the padding rows' routes all zeros (every
+    slot sends its token `topk` times to expert 0), and the router mask left False there."""
+    out, batch, count = _padded(td, multiple, **kwargs)
+    if count == 0 or "routed_experts" not in td.keys():
+        return out
+    _replace_padding(out, batch, "routed_experts", 0)
+    if "router_padding_mask" in td.keys():
+        _replace_padding(out, batch, "router_padding_mask", False)
+    return out
+
+
 def _min_length_ignored(td, multiple, **kwargs):
     kwargs.pop("min_length", None)
     return _pad_ok(td, multiple, **kwargs)
@@ -295,6 +307,11 @@ ENTRIES = [
     _entry("is_padding_added_when_divisible", "pad_to_multiple",
            "a copy with an all-False is_padding returned when no padding is needed",
            ("property:batch_size", "equivalence"), _is_padding_when_divisible),
+    _entry("padding_routes_zeros", "pad_to_multiple",
+           "padding rows' routes filled with zeros and left unmasked: every padding token sent "
+           "topk times to expert 0, the dropless dispatcher's tokens * topk broken",
+           ("property:padding_rows_replay_nothing", "pin:verl_7524_padding_rows_zero_routes",
+            "equivalence"), _padding_routes_zeros, "verl #7524"),
     _entry("min_length_ignored", "pad_to_multiple",
            "min_length ignored: padding rows too short for context-parallel splits",
            ("property:padding_sample_valid", "pin:duplicated_real_rows"), _min_length_ignored),
