@@ -336,6 +336,14 @@ def stand_in_moe_layers(layers: int) -> torch.nn.Module:
     return decoder
 
 
+def verl_build_padding_routed_experts(source_routed_experts, seq_len) -> torch.Tensor:
+    """build_padding_routed_experts as the contract would have it: the dummy route 0 .. topk-1
+    on every one of `seq_len` slots, in the source's dtype (verl 0.9.1 gives zeros)."""
+    layers, topk = source_routed_experts.shape[1:]
+    dummy = torch.arange(topk, dtype=source_routed_experts.dtype)
+    return dummy.expand(seq_len, layers, topk).clone()
+
+
 def verl_set_router_replay_data(batch, mask, tf_config, model) -> None:
     """set_router_replay_data: this rank's share of the (S, max l, layers, topk) routes of the
     real tokens (padded as verl pads, zeros at the pads), one layer's (n, topk) int64 target
@@ -527,6 +535,7 @@ def stand_ins() -> dict[str, StandIn]:
         "verl.no_padding_2_padding": StandIn(verl_no_padding_2_padding),
         "verl.cp_packed_seqs": StandIn(verl_preprocess_packed_seqs, (no_group, cp_rank)),
         "verl.cp_thd_engine": StandIn(verl_preprocess_thd_engine, (no_group, cp_rank)),
+        "verl.padding_routed_experts": StandIn(verl_build_padding_routed_experts),
         "verl.router_replay_data": StandIn(verl_set_router_replay_data, (
             (verl_mcore, "replay_rank", stand_in_cp_rank),
             (verl_mcore, "moe_layers", stand_in_moe_layers),

@@ -73,7 +73,7 @@ from batchproof.registry import BadCase, Candidate, Case
 # batchproof's own adapter modules, one per framework (each imports its framework only when an
 # adapter is loaded); a module that is not there is skipped
 FRAMEWORK_MODULES = ("skyrl", "skyrl_replay", "skyrl_sft", "skyrl_megatron", "verl", "verl_mcore",
-                     "huggingface", "trl", "openrlhf", "megatron")
+                     "verl_padding", "huggingface", "trl", "openrlhf", "megatron")
 
 
 def _always(call: Case) -> bool:
