@@ -1128,16 +1128,16 @@ def test_a_pin_written_in_tensor_forms_is_not_given_to_a_lists_only_target(forms
 
 
 @pytest.fixture(scope="module")
-def verl_padding():
+def verl_padding_utils():
     return pytest.importorskip("verl.trainer.ppo.padding_utils")
 
 
-def test_verl_padding_routes_are_zeros_and_declared(verl_padding) -> None:
+def test_verl_padding_routes_are_zeros_and_declared(verl_padding_utils) -> None:
     """verl 0.9.1's synthetic padding samples get all-zero routes (verl #7524): confirmed as
     `padding_routes_are_zeros` where topk >= 2; with topk == 1 they agree with the contract."""
     import torch
 
-    routes = verl_padding.build_padding_routed_experts(
+    routes = verl_padding_utils.build_padding_routed_experts(
         torch.tensor([[[2, 3]], [[3, 1]]], dtype=torch.int16), 3)
     assert routes.tolist() == [[[0, 0]]] * 3 and routes.dtype == torch.int16
     report = _run("verl.padding_routed_experts", ["equivalence",
@@ -1149,7 +1149,7 @@ def test_verl_padding_routes_are_zeros_and_declared(verl_padding) -> None:
     assert known["confirmed"] > 0 and known["confirmed"] == known["matched"], known
 
 
-def test_verl_padding_without_its_divergence_fails_on_routed_experts(verl_padding) -> None:
+def test_verl_padding_without_its_divergence_fails_on_routed_experts(verl_padding_utils) -> None:
     report = _run("verl.padding_routed_experts", ["equivalence"],
                   without=("padding_routes_are_zeros",))
     (equivalence,) = report.new
