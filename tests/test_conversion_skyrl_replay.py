@@ -60,8 +60,8 @@ def _call(**kwargs) -> Call:
     return Call.of(Case(([[1]], [[2]]), {"pad_token_id": 0, **kwargs}), build_rl_batch)
 
 
-def _bad_call(**kwargs) -> Call:
-    return Call.of(BadCase(Case(([[1]], [[2]]), {"pad_token_id": 0, **kwargs}), ValueError, "x"),
+def _bad_call(why: str = "routed_experts[0] is bad", **kwargs) -> Call:
+    return Call.of(BadCase(Case(([[1]], [[2]]), {"pad_token_id": 0, **kwargs}), ValueError, why),
                    build_rl_batch)
 
 
@@ -85,6 +85,8 @@ def test_each_predicate_matches_its_input() -> None:
         assert not predicate(_bad_call(**clean)), name
     refused = _bad_call(routed_experts=[np.zeros((1, 1, 1), np.float32)])
     assert skyrl_replay.has_route_dtype_refused(refused)
+    assert not skyrl_replay.has_route_dtype_refused(_bad_call(  # another argument's defect
+        "rewards[0] has the wrong length", routed_experts=[np.zeros((1, 1, 1), np.float32)]))
     assert not skyrl_replay.has_route_dtype_refused(_call(routed_experts=[
         np.zeros((1, 1, 1), np.int64)]))  # a valid int64 input is int64_routes_refused's
     after = _bad_call(sample_support=[np.array([[-1, 4]], np.int32)])

@@ -219,9 +219,10 @@ def has_none_entry(call: Call) -> bool:
 
 
 def has_route_dtype_refused(call: Call) -> bool:
-    """A route entry of a dtype SkyRL refuses by value (float, bool, int64)."""
-    return not call.valid and any(_dtype(e) not in ROUTE_DTYPES
-                                  for e in _arrays(call, "routed_experts"))
+    """A route entry of a dtype SkyRL refuses by value (float, bool, int64), the call's defect
+    being the routes' (where another argument's defect comes first, both raise its error)."""
+    return (not call.valid and "routed_experts" in call.bad.why
+            and any(_dtype(e) not in ROUTE_DTYPES for e in _arrays(call, "routed_experts")))
 
 
 def has_mixed_route_dtypes(call: Call) -> bool:
