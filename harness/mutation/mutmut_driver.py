@@ -176,6 +176,7 @@ HARNESS_KILLERS = {
     "adapters/openrlhf": ["tests/test_conversion_openrlhf.py"],
     "adapters/trl": ["tests/test_conversion_trl.py"],
     "adapters/verl": ["tests/test_conversion_verl.py"],
+    "adapters/huggingface": ["tests/test_conversion_huggingface.py"],
 }
 
 
