@@ -177,6 +177,7 @@ HARNESS_KILLERS = {
     "adapters/trl": ["tests/test_conversion_trl.py"],
     "adapters/verl": ["tests/test_conversion_verl.py"],
     "adapters/skyrl_sft": ["tests/test_conversion_skyrl_sft.py"],
+    "adapters/huggingface": ["tests/test_conversion_huggingface.py"],
 }
 
 
