@@ -336,7 +336,8 @@ def test_a_rows_values_flattened() -> None:
     assert _values(torch.tensor([[[1], [2]]])) == [1, 2]
     assert _values(torch.tensor([1, 2])) == [1, 2] and _values([1, [2]]) == [1, [2]]
     assert _values(torch.tensor(3)) == [] and _values(7) == []
-    nested = torch.nested.nested_tensor([torch.tensor([1, 2]), torch.tensor([3])])
+    nested = torch.nested.nested_tensor([torch.tensor([1, 2]), torch.tensor([3])],
+                                        layout=torch.jagged)
     assert _values(nested) == []
 
 
