@@ -26,13 +26,19 @@ from tensordict import TensorDict
 from batchproof.impl import balance, nesting, rl_batch, trainer, varlen
 from batchproof.reference.pipeline import (  # noqa: F401 - the shared contract, re-exported
     LEDGER_KEYS,
+    REPLAY_LEDGER_KEYS,
     check_config,
     check_rollouts,
     loss_scale,
+    replay_kwargs,
     step_units,
 )
 
 DISPATCH_FIELDS = ("loss_mask", "advantages")
+REPLAY_RULES = {"router_padding_mask": ("attention_mask", True),
+                "sample_support": ("response_attention_mask", -1)}
+"""Nesting rules of the replay fields `DEFAULT_RULES` lacks (`routed_experts` it nests by the
+attention already): the router mask by the attention, the support by the response attention."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,11 @@ class Step:
     sp_size: int
     pad_token_id: int
     eos_token_id: int
+    routed_experts: list | None = None
+    sample_support: list | None = None
+
+    def replay(self) -> dict:
+        return replay_kwargs(self.routed_experts, self.sample_support)
 
 
 # --------------------------------------------------------------------------- controller stages
@@ -60,10 +71,10 @@ def layout_and_advantages(step: Step) -> tuple[TensorDict, TensorDict]:
     """The rollout batch (left layout), then nesting's two-segment layout with the step-wise
     advantages broadcast onto *its* trained columns (after the layout step, never before)."""
     left = rl_batch.build_rl_batch(step.prompts, step.responses, pad_token_id=step.pad_token_id,
-                                   loss_masks=step.loss_masks, layout="left")
+                                   loss_masks=step.loss_masks, layout="left", **step.replay())
     batch = rl_batch.build_rl_batch(step.prompts, step.responses,
                                     pad_token_id=step.pad_token_id, loss_masks=step.loss_masks,
-                                    layout="two_segment")
+                                    layout="two_segment", **step.replay())
     batch["response_mask"] = (batch["loss_mask"] != 0).to(torch.int64)
     batch["advantages"] = trainer.broadcast_stepwise_advantages(
         torch.tensor(step.scores, dtype=torch.float32), torch.tensor(step.traj_ids),
@@ -107,7 +118,8 @@ def dispatch(step: Step, padded: TensorDict, ranks: list[list[int]],
     width = batch["input_ids"].shape[1] - batch.get_non_tensor("max_response_length")
     batch["prompts"] = batch["input_ids"][:, :width]
     batch["responses"] = batch["input_ids"][:, width:]
-    nested = nesting.nest_by_mask(batch, pad_token_id=step.pad_token_id, strict=True)
+    nested = nesting.nest_by_mask(batch, pad_token_id=step.pad_token_id, strict=True,
+                                  rules=REPLAY_RULES)
     return [nested[a:b] for a, b in bounds]
 
 
@@ -168,10 +180,30 @@ def worker(step: Step, rank: int, chunk: TensorDict, scale: torch.Tensor, stages
             "logprob": logprob[valid],
             "advantage": fields["advantages"][index][valid],
             "weight": weights[index][valid],
+            **stages.token_replay(chunk, index[rows], positions),
         }
         loss = loss - (entry["advantage"] * entry["logprob"] * entry["weight"]).sum()
         columns.append(entry)
     return columns, loss, micro
+
+
+def token_replay(chunk: TensorDict, rows: torch.Tensor, positions: torch.Tensor) -> dict:
+    """The replay fields the chunk carries, at response token `positions` of chunk `rows`: in
+    each nested row, routes and router mask by the attention (the row's real prompt tokens,
+    then its response: token j at prompt length + j), support by the response attention.
+
+        nested routed_experts row k   p p p r r      token j of the response ← p_k + j
+    """
+    out = {}
+    for key in REPLAY_LEDGER_KEYS:
+        if key not in chunk.keys():
+            continue
+        field = chunk[key]
+        start = field.offsets()[:-1].to(rows.device)[rows]
+        if key != "sample_support":
+            start = start + chunk["prompts"].offsets().diff().to(rows.device)[rows]
+        out[key] = field.values()[start + positions]
+    return out
 
 
 # --------------------------------------------------------------------------- the chain
@@ -188,6 +220,7 @@ class Stages:
     worker_fields: Callable = worker_fields
     weight_mask: Callable = weight_mask
     to_canonical: Callable = to_canonical
+    token_replay: Callable = token_replay
     scale: Callable = lambda step, padded: loss_scale(step.loss_masks)
 
     def replace(self, **stages: Callable) -> Stages:
@@ -199,21 +232,23 @@ STAGES = Stages()
 
 def rl_step(model, prompts, responses, loss_masks, traj_ids, scores, *, dp_size=1,
             mini_batch_size=None, max_tokens, sp_size=1, pad_token_id=0,
-            eos_token_id=1) -> TensorDict:
+            eos_token_id=1, routed_experts=None, sample_support=None) -> TensorDict:
     """The loss ledger of one RL step (see `reference.pipeline.rl_step`)."""
     return trace_rl_step(model, prompts, responses, loss_masks, traj_ids, scores,
                          dp_size=dp_size, mini_batch_size=mini_batch_size,
                          max_tokens=max_tokens, sp_size=sp_size, pad_token_id=pad_token_id,
-                         eos_token_id=eos_token_id)["ledger"]
+                         eos_token_id=eos_token_id, routed_experts=routed_experts,
+                         sample_support=sample_support)["ledger"]
 
 
 def trace_rl_step(model, prompts, responses, loss_masks, traj_ids, scores, *, dp_size=1,
                   mini_batch_size=None, max_tokens, sp_size=1, pad_token_id=0,
-                  eos_token_id=1) -> dict:
+                  eos_token_id=1, routed_experts=None, sample_support=None) -> dict:
     """`rl_step` with every stage's output: {stage name: value} in chain order."""
     return run_step(STAGES, model, prompts, responses, loss_masks, traj_ids, scores,
                     dp_size=dp_size, mini_batch_size=mini_batch_size, max_tokens=max_tokens,
-                    sp_size=sp_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id)
+                    sp_size=sp_size, pad_token_id=pad_token_id, eos_token_id=eos_token_id,
+                    routed_experts=routed_experts, sample_support=sample_support)
 
 
 def run_step(stages: Stages, model, prompts, responses, loss_masks, traj_ids, scores,
@@ -237,14 +272,19 @@ def run_step(stages: Stages, model, prompts, responses, loss_masks, traj_ids, sc
         loss = loss + rank_loss
         micro.append(rank_micro)
     trace["micro_batches"] = micro
-    trace["ledger"] = _ledger(columns, loss, len(prompts))
+    trace["ledger"] = _ledger(columns, loss, len(prompts), padded)
     return trace
 
 
-def _ledger(columns: list[dict], loss: torch.Tensor, real_rows: int) -> TensorDict:
-    dtypes = [torch.int64] * 4 + [torch.bool] + [torch.float32] * 3
+def _ledger(columns: list[dict], loss: torch.Tensor, real_rows: int,
+            padded: TensorDict) -> TensorDict:
+    replayed = tuple(key for key in REPLAY_LEDGER_KEYS if key in padded.keys())
+    dtypes = [torch.int64] * 4 + [torch.bool] + [torch.float32] * 3 + \
+        [padded[key].dtype for key in replayed]
+    trailing = [()] * len(LEDGER_KEYS) + [tuple(padded[key].shape[2:]) for key in replayed]
     data = {key: torch.cat([c[key] for c in columns]) if columns else
-            torch.zeros(0, dtype=dtype) for key, dtype in zip(LEDGER_KEYS, dtypes)}
+            torch.zeros((0, *shape), dtype=dtype)
+            for key, dtype, shape in zip(LEDGER_KEYS + replayed, dtypes, trailing)}
     data = {key: value.to(dtype) for (key, value), dtype in zip(data.items(), dtypes)}
     out = TensorDict(data, batch_size=[data["sample"].shape[0]])
     out.set_non_tensor("loss", float(loss))

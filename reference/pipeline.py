@@ -15,6 +15,7 @@ a dense forward per sample), and rows reach the workers as dense row selections 
          ▼                 right-aligned (b, W) logprobs → the canonical left-aligned (b, R)
     loss ledger            one entry per response token: logprob, advantage, weight
                            loss = -Σ advantage · logprob · weight
+                           (router replay: the route, router mask and support the token had)
 
 The output is the *ledger* of what reached the loss, in the order the workers saw it
 (rank, micro-batch, row, response position); see `LEDGER_KEYS`.
@@ -32,6 +33,11 @@ LEDGER_KEYS = ("sample", "position", "rank", "micro_batch", "is_padding", "logpr
 """sample: the step row (input index; padding rows continue after the last real row),
 position: the response token's index inside its response, rank / micro_batch: where it reached
 the loss, logprob / advantage / weight: the three factors of its loss term (float32)."""
+REPLAY_LEDGER_KEYS = ("routed_experts", "router_padding_mask", "sample_support")
+"""Router replay (docs/pipeline.md), present only when the step is given routes / support:
+routed_experts (N, layers, topk) the route the token was given (its captured route, else the
+dummy route), router_padding_mask (N,) bool True where it got the dummy route, sample_support
+(N, top_k) its support row; dtypes as given."""
 
 
 # --------------------------------------------------------------------------- shared checks
@@ -90,31 +96,35 @@ def step_units(traj_ids, padded_rows: int) -> list[list[int]]:
 
 def rl_step(model, prompts, responses, loss_masks, traj_ids, scores, *, dp_size=1,
             mini_batch_size=None, max_tokens, sp_size=1, pad_token_id=0,
-            eos_token_id=1) -> TensorDict:
+            eos_token_id=1, routed_experts=None, sample_support=None) -> TensorDict:
     """The loss ledger of one RL step (see the module docstring and `LEDGER_KEYS`).
 
     prompts / responses / loss_masks: one row per step of a trajectory (loss_masks: 0/1 per
     response token, 0 on tool output). traj_ids: the trajectory of each row. scores: one outcome
     score per trajectory (the advantage of all its trained tokens). max_tokens: the micro-batch
-    token budget; sp_size: packed rows are padded to a multiple of it.
+    token budget; sp_size: packed rows are padded to a multiple of it. routed_experts /
+    sample_support: router replay, per row as `build_rl_batch` takes them; the ledger then
+    holds `REPLAY_LEDGER_KEYS`.
     """
     return trace_rl_step(model, prompts, responses, loss_masks, traj_ids, scores,
                          dp_size=dp_size, mini_batch_size=mini_batch_size,
                          max_tokens=max_tokens, sp_size=sp_size, pad_token_id=pad_token_id,
-                         eos_token_id=eos_token_id)["ledger"]
+                         eos_token_id=eos_token_id, routed_experts=routed_experts,
+                         sample_support=sample_support)["ledger"]
 
 
 def trace_rl_step(model, prompts, responses, loss_masks, traj_ids, scores, *, dp_size=1,
                   mini_batch_size=None, max_tokens, sp_size=1, pad_token_id=0,
-                  eos_token_id=1) -> dict:
+                  eos_token_id=1, routed_experts=None, sample_support=None) -> dict:
     """`rl_step` with every stage's output: {stage name: value} in chain order."""
     check_rollouts(prompts, responses, loss_masks, traj_ids, scores)
     check_config(dp_size, mini_batch_size, max_tokens, sp_size)
+    replay = replay_kwargs(routed_experts, sample_support)
     trace = {}
     trace["left"] = rl_batch.build_rl_batch(prompts, responses, pad_token_id=pad_token_id,
-                                            loss_masks=loss_masks, layout="left")
+                                            loss_masks=loss_masks, layout="left", **replay)
     batch = rl_batch.build_rl_batch(prompts, responses, pad_token_id=pad_token_id,
-                                    loss_masks=loss_masks, layout="two_segment")
+                                    loss_masks=loss_masks, layout="two_segment", **replay)
     batch["response_mask"] = _trained_mask(batch["loss_mask"])
     batch["advantages"] = trainer.broadcast_stepwise_advantages(
         torch.tensor(scores, dtype=torch.float32), torch.tensor(traj_ids),
@@ -132,8 +142,14 @@ def trace_rl_step(model, prompts, responses, loss_masks, traj_ids, scores, *, dp
     scale = loss_scale(loss_masks)
     ledger, loss, micro = _worker_steps(model, padded, rows, ranks, scale, max_tokens, sp_size)
     trace["micro_batches"] = micro
-    trace["ledger"] = _ledger(ledger, loss, len(prompts))
+    trace["ledger"] = _ledger(ledger, loss, len(prompts), padded)
     return trace
+
+
+def replay_kwargs(routed_experts, sample_support) -> dict:
+    """The router-replay arguments given (None ones left out), as `build_rl_batch` takes them."""
+    given = {"routed_experts": routed_experts, "sample_support": sample_support}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _trained_mask(loss_mask: torch.Tensor) -> torch.Tensor:
@@ -161,6 +177,7 @@ def _worker_steps(model, padded, rows, ranks, scale, max_tokens, sp_size):
     loss_mask = padded["loss_mask"].tolist()
     is_padding = padded["is_padding"].tolist() if "is_padding" in padded.keys() else \
         [False] * len(rows)
+    replay_of_token = _replay_of_token(padded)
     entries, loss, micro = [], 0.0, []
     for rank, rank_rows in enumerate(ranks):
         lengths = [len(rows[r][0]) + len(rows[r][1]) for r in rank_rows]
@@ -179,16 +196,39 @@ def _worker_steps(model, padded, rows, ranks, scale, max_tokens, sp_size):
                     advantage = advantages[sample][j]
                     weight = loss_mask[sample][j] * float(scale)
                     entries.append((sample, j, rank, number, is_padding[sample], logprob,
-                                    advantage, weight))
+                                    advantage, weight,
+                                    *replay_of_token(sample, j)))
                     loss -= advantage * logprob * weight
     return entries, loss, micro
 
 
-def _ledger(entries, loss: float, real_rows: int) -> TensorDict:
-    columns = list(zip(*entries)) if entries else [()] * len(LEDGER_KEYS)
-    dtypes = [torch.int64] * 4 + [torch.bool] + [torch.float32] * 3
-    out = TensorDict({key: torch.tensor(list(col), dtype=dtype)
-                      for key, col, dtype in zip(LEDGER_KEYS, columns, dtypes)},
+def _replay_of_token(padded: TensorDict):
+    """(row, response position j) -> the replay values of that token, one per replay field the
+    batch carries (in `REPLAY_LEDGER_KEYS` order): its route and router mask at the column
+    P + j of the two-segment row (P the prompt width), its support row j."""
+    start = padded["input_ids"].shape[1] - padded.get_non_tensor("max_response_length")
+    keys = [key for key in REPLAY_LEDGER_KEYS if key in padded.keys()]
+    values = {key: padded[key].tolist() for key in keys}
+
+    def of_token(row: int, j: int) -> tuple:
+        out = []
+        for key in keys:
+            column = j if key == "sample_support" else start + j
+            out.append(values[key][row][column])
+        return tuple(out)
+
+    return of_token
+
+
+def _ledger(entries, loss: float, real_rows: int, padded: TensorDict) -> TensorDict:
+    replayed = [key for key in REPLAY_LEDGER_KEYS if key in padded.keys()]
+    keys = LEDGER_KEYS + tuple(replayed)
+    columns = list(zip(*entries)) if entries else [()] * len(keys)
+    dtypes = [torch.int64] * 4 + [torch.bool] + [torch.float32] * 3 + \
+        [padded[key].dtype for key in replayed]
+    trailing = [()] * len(LEDGER_KEYS) + [tuple(padded[key].shape[2:]) for key in replayed]
+    out = TensorDict({key: torch.tensor(list(col), dtype=dtype).reshape(len(entries), *shape)
+                      for key, col, dtype, shape in zip(keys, columns, dtypes, trailing)},
                      batch_size=[len(entries)])
     out.set_non_tensor("loss", float(loss))
     out.set_non_tensor("real_rows", real_rows)

@@ -19,10 +19,18 @@ from batchproof.impl import pipeline as impl
 from batchproof.models import ModelSpec
 from batchproof.mutation import zoo
 from batchproof.mutation.zoo import planted
-from batchproof.ops.pipeline import BASE, EXAMPLE, MODEL, assert_same_step, model_dtype, step_case
+from batchproof.ops.pipeline import (
+    BASE,
+    EXAMPLE,
+    MODEL,
+    ROUTES,
+    assert_same_step,
+    model_dtype,
+    step_case,
+)
 from batchproof.reference import pipeline as reference
 from batchproof.reference.nesting import DenseFieldError
-from batchproof.reference.pipeline import LEDGER_KEYS
+from batchproof.reference.pipeline import LEDGER_KEYS, REPLAY_LEDGER_KEYS
 
 
 def test_example_ledger() -> None:
@@ -206,6 +214,63 @@ def test_dispatch_marks_padding_as_bool() -> None:
     for chunk in trace["dispatch"]:
         assert chunk["is_padding"].dtype == torch.bool
         assert not bool(chunk["is_padding"].any())
+
+
+# --------------------------------------------------------------------------- router replay
+
+
+def replayed(dtype: torch.dtype = torch.int16, **kwargs):
+    support = [torch.arange(2 * len(r), dtype=torch.int32).reshape(-1, 2) for r in BASE[1]]
+    return step_case(*BASE, routed_experts=[r.to(dtype) for r in ROUTES],
+                     sample_support=support, **{"dp_size": 2, "mini_batch_size": 3,
+                                                "max_tokens": 9, **kwargs})
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+def test_ledger_replay_columns_keep_their_dtype_in_both_chains(dtype: torch.dtype) -> None:
+    """The example with routes and support: both chains give each entry the same route, mask
+    and support, in the given dtypes; row 3's last response token (uncaptured, the last
+    sampled token) and the padding row 5 hold the dummy route, masked."""
+    case = replayed(dtype)
+    expected, actual = case.call(reference.rl_step), case.call(impl.rl_step)
+    for key in REPLAY_LEDGER_KEYS:
+        assert expected[key].dtype == actual[key].dtype
+        assert torch.equal(expected[key], actual[key]), key
+    assert actual["routed_experts"].dtype == dtype
+    assert actual["sample_support"].dtype == torch.int32
+    entries = list(zip(actual["sample"].tolist(), actual["position"].tolist()))
+    masked = {e for e, m in zip(entries, actual["router_padding_mask"].tolist()) if m}
+    assert masked == {(0, 1), (1, 3), (2, 0), (3, 1), (5, 0)}
+    row3 = entries.index((3, 0))
+    assert actual["routed_experts"][row3].tolist() == [[5, 6], [6, 7]]  # token 5 of row 3
+
+
+def test_ledger_without_replay_has_no_replay_column() -> None:
+    assert not set(REPLAY_LEDGER_KEYS) & set(EXAMPLE.call(impl.rl_step).keys())
+    assert not set(REPLAY_LEDGER_KEYS) & set(EXAMPLE.call(reference.rl_step).keys())
+
+
+def test_empty_ledger_keeps_replay_shapes() -> None:
+    """No rank dispatched: the replay columns are still there, (0, layers, topk) and (0, top_k)
+    in their dtypes."""
+    empty = impl.STAGES.replace(rank_bounds=lambda ranks: [])
+    ledger = replayed(torch.uint8).call(functools.partial(impl.run_step, empty))["ledger"]
+    assert ledger["routed_experts"].shape == (0, 2, 2)
+    assert ledger["routed_experts"].dtype == torch.uint8
+    assert ledger["sample_support"].shape == (0, 2)
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (dict(routed_experts=ROUTES[:-1]), ValueError, "routed_experts"),
+    (dict(routed_experts=[*ROUTES[:2], torch.zeros(9, 2, 2, dtype=torch.int16), *ROUTES[3:]]),
+     ValueError, r"routed_experts\[2\]"),
+    (dict(routed_experts=[r.float() for r in ROUTES]), TypeError, "routed_experts"),
+])
+def test_bad_routes_raise_the_same_error_in_both_chains(bad, error, match) -> None:
+    case = step_case(*BASE, max_tokens=20, **bad)
+    for chain in (reference.rl_step, impl.rl_step):
+        with pytest.raises(error, match=match):
+            case.call(chain)
 
 
 def test_to_canonical_docstring_example() -> None:

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from batchproof import blocks as hs
+from batchproof import replay
 from batchproof.compare import LOGPROB_TOLERANCE, Mismatch, assert_identical, assert_logprobs_close
 from batchproof.models import VOCAB, ModelCase, ModelSpec
-from batchproof.reference.pipeline import LEDGER_KEYS, loss_scale
+from batchproof.reference.pipeline import LEDGER_KEYS, REPLAY_LEDGER_KEYS, loss_scale
 from batchproof.registry import Case, OpInfo, Paths, Pin, Property, register
 
 MODEL = ModelSpec("llama", "eager")  # cached tiny float32 model; eager is the fastest on CPU
@@ -83,6 +84,12 @@ def step_cases(draw) -> ModelCase:
         pad_token_id=0,
         eos_token_id=1,
     )
+    # router replay, drawn last (each in a third of the examples; shrinks to not passing it)
+    if draw(st.integers(0, 2)) == 2:
+        kwargs["routed_experts"] = draw(replay.route_entries(
+            [len(p) + len(r) for p, r in zip(prompts, responses)]))
+    if draw(st.integers(0, 2)) == 2:
+        kwargs["sample_support"] = draw(replay.support_entries([len(r) for r in responses]))
     return step_case(prompts, responses, masks, traj_ids, scores, **kwargs)
 
 
@@ -121,7 +128,9 @@ def assert_same_step(expected, actual, **kwargs) -> None:
 
 
 def _exact(ledger: TensorDict) -> TensorDict:
-    out = TensorDict({k: ledger[k] for k in EXACT_KEYS}, batch_size=ledger.batch_size)
+    """The columns compared bit for bit: every key but `logprob`, the replay keys present."""
+    keys = EXACT_KEYS + tuple(k for k in REPLAY_LEDGER_KEYS if k in ledger.keys())
+    out = TensorDict({k: ledger[k] for k in keys}, batch_size=ledger.batch_size)
     out.set_non_tensor("real_rows", ledger.get_non_tensor("real_rows"))
     return out
 
@@ -244,6 +253,56 @@ def prop_ranks_balance_trajectory_tokens(case: Case, out: TensorDict) -> None:
                 f"ranks puts it on rank {rank_of[unit]}")
 
 
+def prop_routes_reach_their_tokens(case: Case, out: TensorDict) -> None:
+    """Router replay, recomputed from the rollouts alone: the ledger entry of response token j
+    of row s holds the route captured for the row's token t = |prompt_s| + j (its dtype as
+    given, router mask False) when t < c_s, else the dummy route 0 .. topk-1 on every layer
+    with the mask True; padding rows' tokens hold the dummy route, masked; the support of
+    row s's token j is its support row j (padding rows: all -1). Without routes / support the
+    ledger has no such key."""
+    for key, given in (("routed_experts", ("routed_experts", "router_padding_mask")),
+                       ("sample_support", ("sample_support",))):
+        if case.kwargs.get(key) is None:
+            absent = [k for k in given if k in out.keys()]
+            _assert(not absent, f"no {key} given, yet the ledger holds {absent}")
+    prompts = case.args[0]
+    if case.kwargs.get("routed_experts") is not None:
+        _assert_ledger_routes(prompts, replay.entries_of(case.kwargs["routed_experts"]), out)
+    if case.kwargs.get("sample_support") is not None:
+        _assert_ledger_support(replay.entries_of(case.kwargs["sample_support"]), out)
+
+
+def _assert_ledger_routes(prompts, given, out: TensorDict) -> None:
+    entries = [replay.as_tensor(e) for e in given]
+    routes, masked = out["routed_experts"].cpu(), out["router_padding_mask"].cpu()
+    layers, topk = entries[0].shape[1:]
+    _assert(routes.dtype == entries[0].dtype and tuple(routes.shape[1:]) == (layers, topk),
+            f"ledger routed_experts is {routes.dtype} {tuple(routes.shape)}, the routes given "
+            f"are {entries[0].dtype} [c, {layers}, {topk}]")
+    dummy = replay.dummy_slot(layers, topk, routes.dtype)
+    for n, (s, j) in enumerate(zip(out["sample"].tolist(), out["position"].tolist())):
+        t = len(prompts[s]) + j if s < len(prompts) else None
+        captured = t is not None and t < entries[s].shape[0]
+        want = entries[s][t] if captured else dummy
+        where = (f"row {s} response token {j} (token {t}, {entries[s].shape[0]} captured)"
+                 if t is not None else f"padding row {s} token {j}")
+        _assert(torch.equal(routes[n], want), f"{where}: the ledger's route "
+                f"{routes[n].tolist()}, expected {want.tolist()}")
+        _assert(bool(masked[n]) != captured, f"{where}: router_padding_mask "
+                f"{bool(masked[n])}, expected {not captured}")
+
+
+def _assert_ledger_support(given, out: TensorDict) -> None:
+    entries = [replay.as_tensor(e) for e in given]
+    support = out["sample_support"].cpu()
+    _assert(support.dtype == entries[0].dtype, f"ledger sample_support is {support.dtype}, "
+            f"the support given is {entries[0].dtype}")
+    for n, (s, j) in enumerate(zip(out["sample"].tolist(), out["position"].tolist())):
+        want = entries[s][j] if s < len(entries) else torch.full_like(support[n], -1)
+        _assert(torch.equal(support[n], want), f"row {s} response token {j}: the ledger's "
+                f"support {support[n].tolist()}, expected {want.tolist()}")
+
+
 def prop_invariant_to_dp_and_budget(case: Case, out: TensorDict, candidate) -> None:
     """Rerun with dp_size=1, no mini-batch padding and one micro-batch: every real token has the
     same advantage and weight (bit for bit) and logprob (the model dtype's tolerance), the total
@@ -281,6 +340,22 @@ BASE = (
 EXAMPLE = step_case(*BASE, dp_size=2, mini_batch_size=3, max_tokens=9, sp_size=2,
                     label="2 trajectories, dp 2, budget 9")
 
+
+def _pin_routes(prompts, responses, *, layers: int = 2, topk: int = 2,
+                dtype: torch.dtype = torch.int16) -> list[torch.Tensor]:
+    """Routes of every token but the last sampled one: token t's route on layer l is the
+    distinct experts (t + l + k) % 16, k < topk, so a route read one token off differs."""
+    out = []
+    for prompt, response in zip(prompts, responses):
+        captured = max(len(prompt) + len(response) - 1, 0)
+        out.append(torch.tensor([[[(t + layer + k) % 16 for k in range(topk)]
+                                  for layer in range(layers)] for t in range(captured)],
+                                dtype=dtype).reshape(captured, layers, topk))
+    return out
+
+
+ROUTES = _pin_routes(BASE[0], BASE[1])
+
 PINS = [
     Pin("local_width", step_case(*BASE, dp_size=1, max_tokens=7),
         "micro-batches whose longest response is shorter than R: their right-aligned logprobs "
@@ -297,6 +372,16 @@ PINS = [
         "balancing rows instead of trajectories splits trajectory 1 across ranks"),
     Pin("rank_slices", step_case(*BASE, dp_size=2, max_tokens=20),
         "rank slices of the rank-major dispatch batch must not overlap"),
+    Pin("routes_offset_by_longest_prompt",
+        step_case(*BASE, dp_size=2, mini_batch_size=3, max_tokens=9, routed_experts=ROUTES),
+        "rllm #543: a response token's route read at the longest prompt's length + j instead "
+        "of its own prompt's: every row with a shorter prompt trains on another token's route"),
+    Pin("routes_shifted_by_one",
+        step_case(*BASE, dp_size=1, max_tokens=20, routed_experts=ROUTES,
+                  sample_support=[torch.arange(2 * len(r), dtype=torch.int32).reshape(-1, 2)
+                                  for r in BASE[1]]),
+        "SkyRL #1908: the route of the token before (the position that predicts it) given to "
+        "each response token, one off at the prompt/response boundary"),
 ]
 
 
@@ -377,6 +462,7 @@ PIPELINE = register(OpInfo(
         Property.of(prop_padding_contributes_zero),
         Property.of(prop_groups_intact),
         Property.of(prop_ranks_balance_trajectory_tokens),
+        Property.of(prop_routes_reach_their_tokens),
         Property.of(prop_invariant_to_dp_and_budget, metamorphic=True),
     ],
     pins=PINS,

@@ -117,6 +117,32 @@ def _overlapping_bounds(ranks):
     return [(a, min(b + 1, total)) for a, b in _impl.rank_bounds(ranks)]
 
 
+def _routes_from_longest_prompt(chunk, rows, positions):
+    """rllm #543: each response token's route read at the longest prompt of the chunk + j (as
+    if every prompt were padded to it) instead of at its own prompt length + j."""
+    out = _impl.token_replay(chunk, rows, positions)
+    if "routed_experts" in out:
+        lengths = chunk["prompts"].offsets().diff()
+        shift = (lengths.max() - lengths)[rows]
+        for key in ("routed_experts", "router_padding_mask"):
+            field = chunk[key]
+            index = field.offsets()[:-1][rows] + lengths[rows] + shift + positions
+            out[key] = field.values()[index.clamp(max=field.values().shape[0] - 1)]
+    return out
+
+
+def _routes_one_early(chunk, rows, positions):
+    """Each response token given the route of the token before it (the position whose output
+    predicts it): one token off from the prompt/response boundary on."""
+    out = _impl.token_replay(chunk, rows, positions)
+    if "routed_experts" in out:
+        lengths = chunk["prompts"].offsets().diff()
+        for key in ("routed_experts", "router_padding_mask"):
+            field = chunk[key]
+            index = field.offsets()[:-1][rows] + lengths[rows] + positions - 1
+            out[key] = field.values()[index.clamp(min=0)]
+    return out
+
 
 ENTRIES = [
     ZooEntry(
@@ -176,6 +202,28 @@ ENTRIES = [
             "loss on two ranks",
         killers=("equivalence", "property:tokens_exactly_once", "pin:rank_slices"),
         replacement=_chain(rank_bounds=_overlapping_bounds),
+    ),
+    ZooEntry(
+        name="pipeline_routes_offset_by_longest_prompt",
+        op="pipeline",
+        function="rl_step",
+        bug="router replay: a response token's route read at the chunk's longest prompt + j "
+            "instead of its own prompt length + j",
+        killers=("equivalence", "property:routes_reach_their_tokens",
+                 "pin:routes_offset_by_longest_prompt"),
+        replacement=_chain(token_replay=_routes_from_longest_prompt),
+        reference="rllm #543",
+    ),
+    ZooEntry(
+        name="pipeline_routes_one_token_early",
+        op="pipeline",
+        function="rl_step",
+        bug="router replay: each response token given the route of the token before it, one "
+            "off at the prompt/response boundary",
+        killers=("equivalence", "property:routes_reach_their_tokens",
+                 "pin:routes_shifted_by_one"),
+        replacement=_chain(token_replay=_routes_one_early),
+        reference="SkyRL #1908",
     ),
     # spec choices (pipeline.md, "Spec choices"): the other plausible rule, planted in the
     # reference chain too, so only the properties can tell it from the contract
