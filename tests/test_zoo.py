@@ -13,6 +13,35 @@ from batchproof.mutation.zoo import all_entries, get
 ENTRIES = all_entries()
 
 
+def _functions_now() -> dict[str, object]:
+    """Every function a zoo entry replaces, in `impl/` and `reference/`, as the modules hold it."""
+    import importlib
+
+    out = {}
+    for entry in ENTRIES:
+        for package in ("batchproof.impl", "batchproof.reference"):
+            module = importlib.import_module(f"{package}.{entry.op}")
+            name = f"{package}.{entry.op}.{entry.replaced}"
+            out[name] = getattr(module, entry.replaced, None)
+    return out
+
+
+AS_IMPORTED = _functions_now()
+
+
+def _process_state() -> str:
+    """What of this process' state a check's verdict may depend on, where it differs from a
+    fresh process: replaced functions, the placement switches, the loaded profile."""
+    import hypothesis
+
+    from batchproof.impl import _cpu, kernels
+
+    changed = [name for name, fn in _functions_now().items() if fn is not AS_IMPORTED[name]]
+    return (f"functions not as imported: {changed or 'none'}; placement switches (kernels, "
+            f"fast paths, triton on CPU): {kernels.ENABLED, _cpu.FAST_PATHS, kernels.TRITON_ON_CPU}"
+            f"; profile {hypothesis.settings._current_profile!r}")
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e.name for e in ENTRIES])
 def test_declared_killers_kill(entry) -> None:
     result = run_entry(entry, entry.killer_checks(), profile="mutation")
@@ -26,7 +55,7 @@ def test_declared_killers_kill(entry) -> None:
     # expected failure, with what missed, so the run says so instead of passing it silently
     pytest.xfail(f"order-dependent verdict: {entry.name}'s {result.missed_killers} missed in "
                  f"this process (errors of the others: {sorted(result.errors)}) and killed in "
-                 "a fresh one")
+                 f"a fresh one; {_process_state()}")
 
 
 def _missed_in_a_fresh_process(name: str) -> list[str]:
