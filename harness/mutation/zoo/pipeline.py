@@ -117,31 +117,30 @@ def _overlapping_bounds(ranks):
     return [(a, min(b + 1, total)) for a, b in _impl.rank_bounds(ranks)]
 
 
-def _routes_from_longest_prompt(chunk, rows, positions):
-    """rllm #543: each response token's route read at the longest prompt of the chunk + j (as
-    if every prompt were padded to it) instead of at its own prompt length + j."""
-    out = _impl.token_replay(chunk, rows, positions)
-    if "routed_experts" in out:
-        lengths = chunk["prompts"].offsets().diff()
-        shift = (lengths.max() - lengths)[rows]
-        for key in ("routed_experts", "router_padding_mask"):
-            field = chunk[key]
-            index = field.offsets()[:-1][rows] + lengths[rows] + shift + positions
-            out[key] = field.values()[index.clamp(max=field.values().shape[0] - 1)]
-    return out
+def _routes_read_at(shift_of):
+    """`token_replay` with routes and router mask read `shift_of(prompt lengths, rows)` tokens
+    away from each response token's own (clamped into the nested values); support as is."""
+
+    def token_replay(chunk, rows, positions):
+        out = _impl.token_replay(chunk, rows, positions)
+        if "routed_experts" in out:
+            lengths = chunk["prompts"].offsets().diff()
+            for key in ("routed_experts", "router_padding_mask"):
+                field = chunk[key]
+                index = (field.offsets()[:-1][rows] + lengths[rows] + positions
+                         + shift_of(lengths, rows))
+                out[key] = field.values()[index.clamp(0, field.values().shape[0] - 1)]
+        return out
+
+    return token_replay
 
 
-def _routes_one_early(chunk, rows, positions):
-    """Each response token given the route of the token before it (the position whose output
-    predicts it): one token off from the prompt/response boundary on."""
-    out = _impl.token_replay(chunk, rows, positions)
-    if "routed_experts" in out:
-        lengths = chunk["prompts"].offsets().diff()
-        for key in ("routed_experts", "router_padding_mask"):
-            field = chunk[key]
-            index = field.offsets()[:-1][rows] + lengths[rows] + positions - 1
-            out[key] = field.values()[index.clamp(min=0)]
-    return out
+# rllm #543: each response token's route read at the longest prompt of the chunk + j (as if
+# every prompt were padded to it) instead of at its own prompt length + j
+_routes_from_longest_prompt = _routes_read_at(lambda lengths, rows: (lengths.max() - lengths)[rows])
+# each response token given the route of the token before it (the position whose output
+# predicts it): one token off from the prompt/response boundary on
+_routes_one_early = _routes_read_at(lambda lengths, rows: -1)
 
 
 ENTRIES = [
