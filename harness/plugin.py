@@ -19,14 +19,22 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 
 import pytest
 
 from batchproof import profiles
+from batchproof.shared_database import SharedDatabaseUnreachable
 
-profiles.register()  # before Hypothesis' own plugin reads --hypothesis-profile in pytest_configure
+try:  # before Hypothesis' own plugin reads --hypothesis-profile in pytest_configure
+    profiles.register()
+except SharedDatabaseUnreachable as err:  # one line, not a traceback
+    raise pytest.UsageError(str(err)) from None
 # tensordict calls torch.fx.is_fx_tracing(), which logs a one-time deprecation warning
 logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+
+
+_STARTED = time.time()  # what the run's processes failed to write to a shared database since
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,3 +90,11 @@ def _fuzz_targets_keyed_as_run_check(items: list[pytest.Item]) -> None:
                 f"{item.nodeid}: batchproof's fuzz targets must be collected as {expected!r} "
                 "(what `batchproof fuzz` does: the package folder as rootdir), or what HypoFuzz "
                 "finds is saved under database keys `batchproof verify` never reads")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """A shared database (Redis) lost during the run: said once, not hidden."""
+    from batchproof.shared_database import failures_since
+
+    for line in failures_since(_STARTED):
+        terminalreporter.write_line(f"batchproof: {line}", yellow=True)

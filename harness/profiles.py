@@ -16,13 +16,16 @@ developer) is named by the `BATCHPROOF_SHARED_DATABASE` variable:
     github:OWNER/REPO[/ARTIFACT]   the latest GitHub Actions artifact of that name (default
                                    `hypothesis-db`), read through Hypothesis'
                                    `GitHubArtifactDatabase` (GITHUB_TOKEN for a private repo)
+    redis://[:PASSWORD@]HOST:PORT/DB  a Redis server (Hypothesis' `RedisExampleDatabase`)
     PATH                           a directory another machine writes (a network or synced folder)
 
-It is only ever read (`ReadOnlyDatabase`). With one set, `dev` and `nightly` read it beside their
-local `.hypothesis/examples`, and `ci` reads it alone: every check first replays what was saved
-for it. `ci` is then not derandomized (Hypothesis allows no database with `derandomize`, and
-ignores the database under pytest's `--hypothesis-seed`): its generated examples vary from run to
-run, and a failure prints its blob to replay. `mutation` never reads one. See docs/fuzzing.md.
+With one set, `dev` reads it beside its local `.hypothesis/examples`, `nightly` (the profile of
+`batchproof fuzz`) writes a Redis one beside its local database as it finds failures and corpus
+and reads any other, and `ci` reads it alone (`batchproof.shared_database`): every check first
+replays what was saved for it. `ci` is then not derandomized (Hypothesis allows no database
+with `derandomize`, and ignores the database under pytest's `--hypothesis-seed`): its generated
+examples vary from run to run, and a failure prints its blob to replay. `mutation` never uses
+one. See docs/fuzzing.md and docs/scale.md.
 """
 
 from __future__ import annotations
@@ -43,7 +46,13 @@ from hypothesis.database import (
 )
 from hypothesis.internal.conjecture import providers
 
-SHARED_DATABASE = "BATCHPROOF_SHARED_DATABASE"
+from batchproof.shared_database import VARIABLE as SHARED_DATABASE
+from batchproof.shared_database import shared_database, writable
+
+__all__ = ["LOCAL_DATABASE", "PROFILES", "SHARED_DATABASE", "NamedArtifactDatabase",
+           "default_profile", "draws_independent_of_loaded_modules", "load", "register",
+           "shared_database", "with_shared"]
+
 LOCAL_DATABASE = Path(".hypothesis") / "examples"  # Hypothesis' own default place
 
 _COMMON = dict(
@@ -87,23 +96,6 @@ def register() -> None:
         settings.register_profile(name, with_shared(name, profile, shared))
 
 
-def shared_database(spec: str) -> ExampleDatabase | None:
-    """The read-only database `spec` names (`github:OWNER/REPO[/ARTIFACT]` or a directory), or
-    None for "". A malformed `github:` spec is a `ValueError` naming the variable."""
-    spec = spec.strip()
-    if not spec:
-        return None
-    if spec.startswith("github:"):
-        parts = spec.removeprefix("github:").split("/")
-        if len(parts) not in (2, 3) or not all(parts):
-            raise ValueError(f"{SHARED_DATABASE}={spec!r}: expected github:OWNER/REPO or "
-                             "github:OWNER/REPO/ARTIFACT")
-        owner, repo, *artifact = parts
-        return ReadOnlyDatabase(NamedArtifactDatabase(
-            owner, repo, artifact_name=artifact[0] if artifact else "hypothesis-db"))
-    return ReadOnlyDatabase(DirectoryBasedExampleDatabase(spec))
-
-
 class NamedArtifactDatabase(GitHubArtifactDatabase):
     """Hypothesis' `GitHubArtifactDatabase`, asking GitHub for the artifacts of its name only.
 
@@ -119,15 +111,22 @@ class NamedArtifactDatabase(GitHubArtifactDatabase):
 
 
 def with_shared(name: str, profile: settings, shared: ExampleDatabase | None) -> settings:
-    """`profile` reading `shared` too: `ci` reads it alone (and so gives up `derandomize`), the
-    others beside their local database; `mutation` never reads one (the zoo and mutmut must
-    see the same examples every run)."""
+    """`profile` using `shared` too: `ci` reads it alone (and so gives up `derandomize`), `dev`
+    reads it beside its local database, `nightly` (the profile of `batchproof fuzz`) writes a
+    writable one (Redis) beside its local database and reads any other; `mutation` never uses
+    one (the zoo and mutmut must see the same examples every run)."""
     if shared is None or name == "mutation":
         return profile
     if name == "ci":
-        return settings(profile, derandomize=False, database=shared)
+        return settings(profile, derandomize=False, database=_read_only(shared))
     local = DirectoryBasedExampleDatabase(LOCAL_DATABASE)
-    return settings(profile, database=MultiplexedDatabase(local, shared))
+    if name == "nightly" and writable(shared):
+        return settings(profile, database=MultiplexedDatabase(local, shared))
+    return settings(profile, database=MultiplexedDatabase(local, _read_only(shared)))
+
+
+def _read_only(database: ExampleDatabase) -> ExampleDatabase:
+    return database if isinstance(database, ReadOnlyDatabase) else ReadOnlyDatabase(database)
 
 
 def default_profile() -> str:

@@ -48,6 +48,7 @@ from batchproof.cli.common import (
     TargetError,
     UsageError,
 )
+from batchproof.shared_database import SharedDatabaseUnreachable
 
 # command -> (module of batchproof.cli, function)
 COMMANDS = {"verify": ("verify", "verify"), "check": ("check", "check"),
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return USAGE
-    except TargetError as err:
+    except (TargetError, SharedDatabaseUnreachable) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return HARNESS
     except KeyboardInterrupt:

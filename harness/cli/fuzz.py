@@ -201,6 +201,10 @@ def _fuzz_summary(pairs, since: float) -> None:
         say(f"{PROG} fuzz: could not count what HypoFuzz ran ({type(err).__name__}: {err})")
         return
     print_fuzz_counts(counts, time.time() - since)
+    from batchproof.shared_database import failures_since
+
+    for line in failures_since(since):  # HypoFuzz's workers lost the shared database
+        say(line)
 
 def print_fuzz_counts(counts: list[FuzzCount], seconds: float) -> None:
     """The summary table; below it, why each check not counted could not be."""

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from rich.table import Table
 
+from batchproof import shared_database
 from batchproof.cli.common import (
     DIVERGENCE,
     HARNESS,
@@ -112,7 +113,7 @@ def verify(args: argparse.Namespace) -> int:
     reproduce = reproduce_of(args.reproduce)
     counting = not args.check and args.impl == "impl"  # each placement's paths, from its checks
     results: list[CheckResult] = []
-    started = time.perf_counter()
+    started, wall = time.perf_counter(), time.time()
     with _progress() as progress:
         for op in dict.fromkeys(i.op for i in infos):
             records = [i for i in infos if i.op == op]
@@ -146,6 +147,8 @@ def verify(args: argparse.Namespace) -> int:
                     results += group
             progress.update(task, description=op)
     _print_summary(results, profile, args, time.perf_counter() - started, left_out)
+    for line in shared_database.failures_since(wall):  # a Redis outage mid-run, if any
+        say(line)
     covered = _finish_coverage(measure) if measure is not None else None
     code = exit_code(results)
     if args.json:
