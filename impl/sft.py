@@ -104,8 +104,8 @@ def collate_sft(examples, *, pad_token_id, normalize=False, device=None) -> Tens
         return _collated(input_ids, attention, loss_mask)
     n, width, response = batch.size, max(batch.lengths), max(batch.num_actions)
     tokens, actions = sum(batch.lengths), sum(batch.num_actions)
-    meta = torch.from_numpy(np.array([batch.lengths, batch.num_actions], dtype=np.int64))
-    lengths, num_actions = meta.to(device)
+    meta = np.array([batch.lengths, batch.num_actions], dtype=np.int64)
+    lengths, num_actions = host_put(meta, device=device)  # pinned, not waiting (CUDA)
 
     # right-aligned cells by one comparison per output; values placed in row-major order
     token_cells = torch.arange(width, device=device) >= (width - lengths)[:, None]
@@ -390,11 +390,11 @@ class _Plan:
         table = np.stack([lengths, row, offset, row * self.width + offset, targets, slot_end,
                           ids_source, loss_source])
         self.start_list = table[3].tolist()
-        table = torch.from_numpy(table).to(device)  # one host-to-device copy
+        table = host_put(table, device=device)  # one host-to-device copy, pinned
         self.lengths, self.row, self.offset, self.start, self.targets = table[:5]
         self.ids_source, self.loss_source = table[6], table[7]
         self.cu_seqlens_padded = torch.cat([table.new_zeros(1), table[5]]).to(torch.int32)
-        self.row_offsets = torch.from_numpy(np.cumsum(np.concatenate([[0], counts]))).to(device)
+        self.row_offsets = host_put(np.cumsum(np.concatenate([[0], counts])), device=device)
 
 
 def _ranges(starts: torch.Tensor, counts: torch.Tensor, total: int) -> torch.Tensor:

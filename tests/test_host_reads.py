@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -95,6 +96,11 @@ READS = {
                           "host tensor copied to the device"),
     "host tensor in a device op": (lambda: ON_DEVICE[:3] + torch.arange(3),
                                    "host tensor used in a device op"),
+    # no torch function mode sees these two factories (torch.overrides ignores them)
+    "from_numpy moved": (lambda: torch.from_numpy(np.arange(3)).to(ON_DEVICE.device),
+                         "host tensor copied to the device"),
+    "frombuffer in a device op": (lambda: ON_DEVICE[:2] + torch.frombuffer(
+        bytearray(16), dtype=torch.int64), "host tensor used in a device op"),
     "nested rows": (lambda: NESTED.unbind(), "rows of a nested tensor"),
 }
 
@@ -110,6 +116,7 @@ NOT_READS = {
     "a documented read": lambda: _sync.host_read(ON_DEVICE.max()),
     "a documented copy in": lambda: _sync.host_put([1, 2], dtype=torch.int64, device="cpu"),
     "host memory read on the host": lambda: torch.arange(3).tolist(),
+    "NumPy memory read on the host": lambda: torch.from_numpy(np.arange(3)).tolist(),
     "host memory computed on the host": lambda: int((torch.arange(3) * 2).sum()),
     "a host scalar in a device op": lambda: ON_DEVICE + torch.tensor(2),
     "a factory on the device": lambda: torch.full((3,), 7, device=ON_DEVICE.device),

@@ -259,6 +259,33 @@ class _AtenReads(TorchDispatchMode):
         return None
 
 
+# factories that no torch function mode sees (torch.overrides ignores them): what they make is
+# host memory all the same, so the survey wraps them while it records
+_UNSEEN_FACTORIES = ("from_numpy", "frombuffer")
+
+
+@contextlib.contextmanager
+def _unseen_factories_marked(rec: _Recorder) -> Iterator[None]:
+    """`torch.from_numpy` and `torch.frombuffer` marking what they make as host memory (a copy
+    to the device is then seen where it is moved or mixed into a device op)."""
+    originals = {name: getattr(torch, name) for name in _UNSEEN_FACTORIES}
+
+    def marking(make):
+        def factory(*args, **kwargs):
+            out = make(*args, **kwargs)
+            rec.mark_host(out)
+            return out
+        return factory
+
+    for name, make in originals.items():
+        setattr(torch, name, marking(make))
+    try:
+        yield
+    finally:
+        for name, make in originals.items():
+            setattr(torch, name, make)
+
+
 @contextlib.contextmanager
 def recording(found: Survey, device: str, sync_mode: str = "warn") -> Iterator[None]:
     """Record the body's reads into `found`: CUDA's own sync warnings on CUDA, the model on the
@@ -266,7 +293,7 @@ def recording(found: Survey, device: str, sync_mode: str = "warn") -> Iterator[N
     (CUDA): a read raises where it happens (`torch.cuda.set_sync_debug_mode("error")`)."""
     if device == "cpu":
         rec = _Recorder(found)
-        with _FunctionReads(rec), _AtenReads(rec):
+        with _unseen_factories_marked(rec), _FunctionReads(rec), _AtenReads(rec):
             yield
         return
 
