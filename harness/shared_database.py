@@ -197,9 +197,17 @@ class Tolerant(ExampleDatabase):
             pass
 
 
+_WHAT_FAILED = {
+    "write": "was not written ({error} in {processes}): what this run found is in the local "
+             "database only",
+    "read": "could not be read ({error} in {processes})",
+}
+
+
 def failures_since(started: float) -> list[str]:
     """One line per kind of shared-database failure recorded by any process since `started`:
-    `the shared database redis://…/0 was not written (ConnectionError in 2 processes)`."""
+    `the shared database redis://:***@host:6379/0 was not written (ConnectionError in 2
+    processes): …`."""
     try:
         lines = UNWRITTEN_LOG.read_text().splitlines()
     except OSError:
@@ -210,12 +218,11 @@ def failures_since(started: float) -> list[str]:
         if len(fields) != 5 or float(fields[0]) < started:
             continue
         _, pid, kind, shown, error = fields
-        pids, _ = seen.setdefault((kind, shown), (set(), error))
-        pids.add(pid)
-    words = {"write": "was not written", "read": "could not be read"}
-    return [f"the shared database {shown} {words.get(kind, kind)} ({error} in "
-            f"{len(pids)} process{'es' * (len(pids) > 1)}): what this run found is in the local "
-            f"database only" if kind == "write" else
-            f"the shared database {shown} {words.get(kind, kind)} ({error} in "
-            f"{len(pids)} process{'es' * (len(pids) > 1)})"
-            for (kind, shown), (pids, error) in seen.items()]
+        seen.setdefault((kind, shown), (set(), error))[0].add(pid)
+    said = []
+    for (kind, shown), (pids, error) in seen.items():
+        processes = f"{len(pids)} process{'es' * (len(pids) > 1)}"
+        what = _WHAT_FAILED.get(kind, kind + " ({error} in {processes})")
+        said.append(f"the shared database {shown} "
+                    + what.format(error=error, processes=processes))
+    return said

@@ -135,6 +135,9 @@ def test_a_redis_outage_loses_nothing_and_is_reported(server, tmp_path) -> None:
     assert any("was not written" in line for line in lines), lines
     assert all(server.password not in line and "***" in line for line in lines)
     assert shared.failed["write"] >= 1
+    assert list(shared.fetch(b"any key")) == []  # a read that fails reads nothing ...
+    assert any("could not be read" in line  # ... and is said
+               for line in shared_database.failures_since(started))
     assert shared_database.failures_since(time.time() + 1) == []  # a later run saw none
 
 
