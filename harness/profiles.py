@@ -34,20 +34,18 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import (
     DirectoryBasedExampleDatabase,
     ExampleDatabase,
-    GitHubArtifactDatabase,
     MultiplexedDatabase,
     ReadOnlyDatabase,
 )
 from hypothesis.internal.conjecture import providers
 
 from batchproof.shared_database import VARIABLE as SHARED_DATABASE
-from batchproof.shared_database import shared_database, writable
+from batchproof.shared_database import NamedArtifactDatabase, shared_database, writable
 
 __all__ = ["LOCAL_DATABASE", "PROFILES", "SHARED_DATABASE", "NamedArtifactDatabase",
            "default_profile", "draws_independent_of_loaded_modules", "load", "register",
@@ -94,20 +92,6 @@ def register() -> None:
     shared = shared_database(os.environ.get(SHARED_DATABASE, ""))
     for name, profile in PROFILES.items():
         settings.register_profile(name, with_shared(name, profile, shared))
-
-
-class NamedArtifactDatabase(GitHubArtifactDatabase):
-    """Hypothesis' `GitHubArtifactDatabase`, asking GitHub for the artifacts of its name only.
-
-    Hypothesis lists the repository's artifacts of every name, one page of the 30 newest, and
-    looks for its name there: where CI uploads 30 other artifacts (reports) between two nightly
-    runs, it finds none and reads nothing (a warning, and every check runs as if no night had
-    been). Asking with `?name=` finds the newest `hypothesis-db` however many others came after."""
-
-    def _get_bytes(self, url: str) -> bytes | None:
-        if url == f"https://api.github.com/repos/{self.owner}/{self.repo}/actions/artifacts":
-            url += f"?name={quote(self.artifact_name)}&per_page=100"
-        return super()._get_bytes(url)
 
 
 def with_shared(name: str, profile: settings, shared: ExampleDatabase | None) -> settings:

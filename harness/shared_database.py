@@ -21,11 +21,12 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from hypothesis.database import (
     DirectoryBasedExampleDatabase,
     ExampleDatabase,
+    GitHubArtifactDatabase,
     ReadOnlyDatabase,
 )
 
@@ -84,8 +85,6 @@ def writable(database: ExampleDatabase | None) -> bool:
 
 
 def _github(spec: str) -> ExampleDatabase:
-    from batchproof.profiles import NamedArtifactDatabase
-
     parts = spec.removeprefix("github:").split("/")
     if len(parts) not in (2, 3) or not all(parts):
         raise ValueError(f"{VARIABLE}={spec!r}: expected github:OWNER/REPO or "
@@ -93,6 +92,20 @@ def _github(spec: str) -> ExampleDatabase:
     owner, repo, *artifact = parts
     return NamedArtifactDatabase(owner, repo,
                                  artifact_name=artifact[0] if artifact else "hypothesis-db")
+
+
+class NamedArtifactDatabase(GitHubArtifactDatabase):
+    """Hypothesis' `GitHubArtifactDatabase`, asking GitHub for the artifacts of its name only.
+
+    Hypothesis lists the repository's artifacts of every name, one page of the 30 newest, and
+    looks for its name there: where CI uploads 30 other artifacts (reports) between two nightly
+    runs, it finds none and reads nothing (a warning, and every check runs as if no night had
+    been). Asking with `?name=` finds the newest `hypothesis-db` however many others came after."""
+
+    def _get_bytes(self, url: str) -> bytes | None:
+        if url == f"https://api.github.com/repos/{self.owner}/{self.repo}/actions/artifacts":
+            url += f"?name={quote(self.artifact_name)}&per_page=100"
+        return super()._get_bytes(url)
 
 
 def _redis(spec: str) -> ExampleDatabase:
